@@ -1,0 +1,1 @@
+//! `cache`: not yet implemented (see DESIGN.md §2).

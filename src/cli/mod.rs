@@ -1,0 +1,66 @@
+//! `cli`: argument parsing, configuration resolution, logging and exit codes.
+//!
+//! Each subcommand lives in its own file with its clap `Args` struct and a `run` function;
+//! this file only wires them together and turns errors into one clear line and an exit code.
+
+mod cat;
+mod inspect;
+mod mount;
+mod order;
+
+use clap::{Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Top-level command line of `shardfs`.
+#[derive(Debug, Parser)]
+#[command(name = "shardfs", version, about = "Serve MDS datasets from object storage as pre-shuffled per-rank sample files")]
+pub struct Cli {
+    /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
+    #[arg(long, global = true, default_value = "warn")]
+    pub log_level: String,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Show samples, shards, columns, encodings, bytes, compression and hashes of a dataset.
+    Inspect(inspect::InspectArgs),
+    /// Write one sample's column file bytes to stdout (random access by global sample id).
+    Cat(cat::CatArgs),
+    /// Print rank R's global sample ids for epoch E, one per line, in read order.
+    Order(order::OrderArgs),
+    /// Mount a dataset as a read-only tree of per-rank sample files.
+    Mount(mount::MountArgs),
+    /// Unmount a shardfs mount.
+    Unmount(mount::UnmountArgs),
+}
+
+/// Entry point of the `shardfs` binary: parse, run, and map errors to one line and exit code 1.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    init_logging(&cli.log_level);
+    let result = match cli.command {
+        Command::Inspect(a) => inspect::run(a),
+        Command::Cat(a) => cat::run(a),
+        Command::Order(a) => order::run(a),
+        Command::Mount(a) => mount::run(a),
+        Command::Unmount(a) => mount::run_unmount(a),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("shardfs: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn init_logging(level: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .try_init();
+}

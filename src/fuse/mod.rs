@@ -1,0 +1,1 @@
+//! `fuse`: not yet implemented (see DESIGN.md §2).

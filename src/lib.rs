@@ -1,0 +1,15 @@
+//! shardfs: serve a MosaicML MDS dataset in object storage as a read-only tree of
+//! pre-shuffled, per-rank sample files (see `docs/` and the project README).
+//!
+//! Modules depend on each other in one direction only:
+//! `mds`, `order` (pure) ← `store` ← `cache` ← `readahead` ← `vfs` ← `fuse` ← `cli`.
+#![warn(missing_docs)]
+
+pub mod cache;
+pub mod cli;
+pub mod fuse;
+pub mod mds;
+pub mod order;
+pub mod readahead;
+pub mod store;
+pub mod vfs;

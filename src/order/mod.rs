@@ -1,0 +1,1 @@
+//! `order`: StreamingDataset's sample plan, computed exactly. Pure: plain numbers in, ids out.

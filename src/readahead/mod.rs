@@ -1,0 +1,1 @@
+//! `readahead`: not yet implemented (see DESIGN.md §2).

@@ -1,0 +1,1 @@
+//! `store`: not yet implemented (see DESIGN.md §2).

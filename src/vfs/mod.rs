@@ -1,0 +1,1 @@
+//! `vfs`: not yet implemented (see DESIGN.md §2).

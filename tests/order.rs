@@ -1,0 +1,1 @@
+//! Tests of the `order` module and the `order` command against `fixtures/orders`.

@@ -1,0 +1,5 @@
+//! The one integration-test binary: each module below tests one area against real fixtures.
+
+mod common;
+mod mds;
+mod order;
