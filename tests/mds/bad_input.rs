@@ -92,10 +92,13 @@ fn bad_utf8_in_str_column() {
     assert!(mds::rendered_len(&enc, b"ok\xff").is_err());
 }
 
+/// Says whether an error is of the expected kind.
+type KindCheck = fn(&MdsError) -> bool;
+
 #[test]
 fn invalid_json_wrong_version_unknown_encoding() {
     let text = index_text();
-    let cases: Vec<(String, fn(&MdsError) -> bool)> = vec![
+    let cases: Vec<(String, KindCheck)> = vec![
         (text[..text.len() / 2].to_string(), |e| {
             matches!(e, MdsError::Json(_))
         }),
