@@ -308,4 +308,48 @@ mod tests {
         assert_eq!(r.uniform(0.0, 1.0), 0.8057946190135716);
         assert_eq!(r.uniform(0.0, 1.0), 0.1376060182212533);
     }
+
+    // Vectors below were produced by numpy 2.4.6 (`numpy.random.default_rng`).
+
+    #[test]
+    fn choice_tail_shuffle_branch_matches_numpy() {
+        // n > 10000 and k > n // 50: tail Fisher–Yates with Lemire bounds.
+        let c = NumpyRng::new(9176)
+            .choice_without_replacement(20_000, 1000)
+            .unwrap();
+        assert_eq!(&c[..5], &[14588, 3615, 2131, 3219, 4352]);
+        assert_eq!(&c[997..], &[19859, 16115, 19121]);
+        assert_eq!(c.iter().sum::<u64>(), 10_391_522);
+    }
+
+    #[test]
+    fn wide_integer_ranges_match_numpy() {
+        let mut r = NumpyRng::new(1);
+        let v: Vec<i64> = (0..3).map(|_| r.integers(0, 1 << 40).unwrap()).collect();
+        assert_eq!(v, vec![562_753_827_705, 1_045_045_885_889, 158_505_170_440]);
+        let mut r = NumpyRng::new(1);
+        let v: Vec<i64> = (0..3).map(|_| r.integers(0, 1 << 32).unwrap()).collect();
+        assert_eq!(v, vec![2_032_329_983, 2_198_257_139, 3_243_419_750]);
+    }
+
+    #[test]
+    fn other_seeds_match_numpy() {
+        assert_eq!(
+            NumpyRng::new(0).permutation(10),
+            vec![4, 6, 2, 7, 3, 5, 9, 0, 8, 1]
+        );
+        assert_eq!(
+            NumpyRng::new((1 << 40) + 5).permutation(10),
+            vec![8, 1, 2, 5, 3, 0, 9, 7, 4, 6]
+        );
+    }
+
+    #[test]
+    fn u32_buffer_survives_double_draws() {
+        let mut r = NumpyRng::new(9176);
+        assert_eq!(r.integers(0, 10), Some(9));
+        assert_eq!(r.uniform(0.0, 1.0), 0.1376060182212533);
+        assert_eq!(r.integers(0, 10), Some(8));
+        assert_eq!(r.integers(0, 10), Some(2));
+    }
 }
