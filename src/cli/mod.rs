@@ -5,9 +5,11 @@
 
 mod cat;
 mod dataset;
+mod index_samples;
 mod inspect;
 mod mount;
 mod order;
+pub mod ordering;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
