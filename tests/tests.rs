@@ -3,3 +3,4 @@
 mod common;
 mod mds;
 mod order;
+mod store;
