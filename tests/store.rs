@@ -329,3 +329,104 @@ fn concurrency_is_bounded() {
         start.elapsed()
     );
 }
+
+mod sigv4_server {
+    use super::*;
+    use crate::common::s3s_server::{FakeS3, ServerFault};
+
+    fn dataset_on(server: &FakeS3) -> std::path::PathBuf {
+        let ds = fixtures().join("mds/merged");
+        server.put_dir("bkt", "sub/merged", &ds);
+        ds
+    }
+
+    #[test]
+    fn s3s_server_passes_the_conformance_suite_with_sigv4() {
+        let server = FakeS3::start();
+        let ds = dataset_on(&server);
+        let s = blocking(store::open("s3://bkt/sub/merged", &server.options()).unwrap());
+        conformance(&s, &ds);
+        // Ranged reads are ranged on the wire.
+        let before = server.seen("sub/merged/index.json");
+        s.get_range(&key("index.json"), 0..10).unwrap();
+        let after = server.seen("sub/merged/index.json");
+        assert_eq!(after.range_gets, before.range_gets + 1);
+        assert_eq!(after.bytes - before.bytes, 10);
+    }
+
+    #[test]
+    fn wrong_secret_is_access_denied_without_retries() {
+        let server = FakeS3::start();
+        dataset_on(&server);
+        let mut opts = server.options();
+        opts.credentials.as_mut().unwrap().secret_access_key = "wrong".into();
+        let s = blocking(store::open("s3://bkt/sub/merged", &opts).unwrap());
+        let e = s.get(&key("index.json")).unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, StoreError::AccessDenied { .. }), "{e:?}");
+        assert!(
+            text.contains("SignatureDoesNotMatch")
+                && text.contains("s3://bkt/sub/merged/index.json"),
+            "{text}"
+        );
+        assert!(text.contains("credentials"), "{text}");
+
+        let mut opts = server.options();
+        opts.credentials.as_mut().unwrap().access_key_id = "nobody".into();
+        let s = blocking(store::open("s3://bkt/sub/merged", &opts).unwrap());
+        let e = s.head(&key("index.json")).unwrap_err();
+        assert!(matches!(e, StoreError::AccessDenied { .. }), "{e:?}");
+        assert_eq!(server.seen_total().gets, 0, "nothing was served");
+    }
+
+    #[test]
+    fn protocol_faults_are_survived() {
+        let server = FakeS3::start();
+        let ds = dataset_on(&server);
+        let s = blocking(store::open("s3://bkt/sub/merged", &server.options()).unwrap());
+        let rel = "0/shard.00000.mds";
+        let full = format!("sub/merged/{rel}");
+        let want = std::fs::read(ds.join(rel)).unwrap();
+        for fault in [
+            ServerFault::SlowDown,
+            ServerFault::InternalError,
+            ServerFault::Reset,
+            ServerFault::Truncate,
+        ] {
+            server.inject(fault.clone(), Some(&full), Some(1));
+            let before = server.seen(&full).gets;
+            assert_eq!(&s.get(&key(rel)).unwrap()[..], &want[..], "{fault:?}");
+            assert_eq!(
+                server.seen(&full).gets,
+                before + 2,
+                "{fault:?}: one failed attempt, one retry"
+            );
+        }
+        // Truncated ranged bodies too.
+        server.inject(ServerFault::Truncate, Some(&full), Some(2));
+        assert_eq!(
+            &s.get_range(&key(rel), 8..4000.min(want.len() as u64))
+                .unwrap()[..],
+            &want[8..4000.min(want.len())]
+        );
+        // Persistent 503s end in a typed error.
+        server.inject(ServerFault::SlowDown, Some(&full), None);
+        let e = s.get(&key(rel)).unwrap_err();
+        assert!(matches!(e, StoreError::RetriesExhausted { .. }), "{e:?}");
+        assert!(
+            matches!(
+                e.root_cause(),
+                StoreError::Transient {
+                    kind: store::TransientKind::Throttled,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .contains(&format!("s3://bkt/sub/merged/{rel}")),
+            "{e}"
+        );
+    }
+}

@@ -23,6 +23,7 @@ pub fn shardfs_bin() -> PathBuf {
 }
 
 pub mod moto;
+pub mod s3s_server;
 
 /// Every fixture dataset folder under `fixtures()/mds`, sorted by name.
 pub fn mds_datasets() -> Vec<PathBuf> {
