@@ -289,7 +289,7 @@ impl S3 for Bucket {
         req: S3Request<GetObjectInput>,
     ) -> S3Result<S3Response<GetObjectOutput>> {
         let input = req.input;
-        let full = format!("{}", input.key);
+        let full = input.key.to_string();
         let data = self.object(&input.bucket, &input.key)?;
         let total = data.len() as u64;
         let range = match &input.range {
