@@ -4,9 +4,12 @@
 //! this file only wires them together and turns errors into one clear line and an exit code.
 
 mod cat;
+mod dataset;
+mod index_samples;
 mod inspect;
 mod mount;
 mod order;
+pub mod ordering;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
