@@ -4,11 +4,13 @@
 //! this file only wires them together and turns errors into one clear line and an exit code.
 
 mod cat;
+mod dataset;
 mod index_samples;
 mod inspect;
 mod mount;
 mod order;
 pub mod ordering;
+pub mod store_args;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
