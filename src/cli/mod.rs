@@ -8,6 +8,8 @@ mod dataset;
 mod inspect;
 mod mount;
 mod order;
+pub mod ordering;
+pub mod store_args;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
