@@ -13,7 +13,11 @@ use std::process::ExitCode;
 
 /// Top-level command line of `shardfs`.
 #[derive(Debug, Parser)]
-#[command(name = "shardfs", version, about = "Serve MDS datasets from object storage as pre-shuffled per-rank sample files")]
+#[command(
+    name = "shardfs",
+    version,
+    about = "Serve MDS datasets from object storage as pre-shuffled per-rank sample files"
+)]
 pub struct Cli {
     /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
     #[arg(long, global = true, default_value = "warn")]

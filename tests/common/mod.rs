@@ -9,7 +9,11 @@ pub fn fixtures() -> PathBuf {
         return PathBuf::from(p);
     }
     let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures");
-    assert!(p.is_dir(), "fixtures not found at {} (set SHARDFS_FIXTURES)", p.display());
+    assert!(
+        p.is_dir(),
+        "fixtures not found at {} (set SHARDFS_FIXTURES)",
+        p.display()
+    );
     p
 }
 
