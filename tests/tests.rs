@@ -2,4 +2,5 @@
 
 mod common;
 mod mds;
+mod mount;
 mod order;

@@ -61,7 +61,7 @@ pub struct VfsConfig {
 /// The read-only filesystem as a plain Rust value (no FUSE types).
 pub struct Vfs {
     source: Arc<dyn SampleSource>,
-    readahead: Readahead,
+    readahead: Arc<Readahead>,
     index_json: Vec<u8>,
     config: VfsConfig,
     errors: ErrorLog,
@@ -75,7 +75,7 @@ impl Vfs {
     /// Builds the tree over `source`, with rank orders and readahead from `readahead`.
     pub fn new(
         source: Arc<dyn SampleSource>,
-        readahead: Readahead,
+        readahead: Arc<Readahead>,
         index_json: Vec<u8>,
         config: VfsConfig,
     ) -> Self {
@@ -451,6 +451,7 @@ impl Vfs {
     /// The current `status.json` bytes.
     pub fn status_json(&self) -> Vec<u8> {
         let v = serde_json::json!({
+            "pid": std::process::id(),
             "mounted_at_unix": self.mounted_at.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
             "uptime_seconds": self.started.elapsed().as_secs_f64(),
             "ranks": self.config.global_ranks,

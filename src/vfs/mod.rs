@@ -11,16 +11,20 @@
 //! what a reader sees: missing names `ENOENT`, writes `EROFS`, an unavailable or corrupt shard
 //! `EIO` (logged, and recorded in `status.json` with the shard and the reason).
 
+mod dataset;
 mod error;
 mod fs;
 pub mod inode;
+mod memory_shards;
 pub mod names;
 mod source;
 mod status;
 
+pub use dataset::{MdsDataset, ShardStore};
 pub use error::VfsError;
 pub use fs::{Attr, DirEntry, Kind, Vfs, VfsConfig};
 pub use inode::Ino;
+pub use memory_shards::{FetchFn, MemoryShards, NextUseFn};
 pub use source::{ColumnFile, SampleSource, SourceError};
 
 #[cfg(test)]

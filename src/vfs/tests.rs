@@ -111,7 +111,7 @@ fn vfs(n: u64, global: Vec<u64>, world: u64, broken_shard: Option<u32>) -> Vfs {
         fetches: AtomicU64::new(0),
         broken_shard,
     });
-    let ra = Readahead::new(
+    let ra = Arc::new(Readahead::new(
         Box::new(Strided {
             n,
             global: global.clone(),
@@ -120,7 +120,7 @@ fn vfs(n: u64, global: Vec<u64>, world: u64, broken_shard: Option<u32>) -> Vfs {
         src.clone(),
         global.len(),
         ReadaheadOptions::default(),
-    );
+    ));
     Vfs::new(
         src,
         ra,

@@ -1,0 +1,231 @@
+//! Resolving `shardfs mount` options into a running filesystem: checks that fail early with
+//! one clear line (mountpoint, /dev/fuse, source), then store → index → plan → readahead →
+//! vfs → FUSE session.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use anyhow::{bail, Context, Result};
+
+use crate::fuse::{self, FuseOptions, Mounted};
+use crate::mds;
+use crate::readahead::{OrderSource, Readahead, ReadaheadOptions};
+use crate::vfs::{MdsDataset, MemoryShards, NextUseFn, ShardStore, Vfs, VfsConfig};
+
+/// Every option of `shardfs mount` except `--foreground` and `-o`.
+#[derive(Debug, clap::Args)]
+pub struct MountConfig {
+    /// SOURCE MOUNTPOINT, or only MOUNTPOINT when streams are given with --stream.
+    #[arg(value_name = "SOURCE MOUNTPOINT", num_args = 1..=2, required = true)]
+    positional: Vec<String>,
+    /// Local cache folder (and the background log `shardfs.log`).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Most bytes of shards kept locally (suffixes KiB, MiB, GiB, TiB, and KB, MB, ...).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub cache_limit: Option<u64>,
+    /// Most bytes of decompressed shards kept in memory.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub memory_limit: Option<u64>,
+    /// How many epoch-E folders a listing of rank-R/ shows (any epoch can be opened by name).
+    #[arg(long, default_value_t = 1)]
+    pub epochs: u64,
+    /// Let other users (and root) read the mount (needs user_allow_other in /etc/fuse.conf).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Threads serving FUSE requests.
+    #[arg(long, default_value_t = 8)]
+    pub fuse_threads: usize,
+    /// Shard fetches in flight at once.
+    #[arg(long, default_value_t = 8)]
+    pub fetch_concurrency: usize,
+}
+
+/// Parses `10GiB`, `512MiB`, `1.5GB`, `4096` into bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024f64.powi(2),
+        "g" | "gib" => 1024f64.powi(3),
+        "t" | "tib" => 1024f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} in {s:?} (use KiB, MiB, GiB, TiB)"
+            ))
+        }
+    };
+    let v = n * mult;
+    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
+        return Err(format!("size out of range: {s:?}"));
+    }
+    Ok(v as u64)
+}
+
+impl MountConfig {
+    /// The mountpoint (the last positional argument).
+    pub fn mountpoint(&self) -> &Path {
+        Path::new(self.positional.last().map(String::as_str).unwrap_or(""))
+    }
+
+    /// The source, when given positionally.
+    pub fn source(&self) -> Option<&str> {
+        (self.positional.len() == 2).then(|| self.positional[0].as_str())
+    }
+
+    /// The cache folder: `--cache-dir`, else `$XDG_CACHE_HOME/shardfs`, else `~/.cache/shardfs`.
+    pub fn cache_dir(&self) -> PathBuf {
+        if let Some(d) = &self.cache_dir {
+            return d.clone();
+        }
+        if let Some(x) = std::env::var_os("XDG_CACHE_HOME") {
+            return PathBuf::from(x).join("shardfs");
+        }
+        match std::env::var_os("HOME") {
+            Some(h) => PathBuf::from(h).join(".cache/shardfs"),
+            None => std::env::temp_dir().join("shardfs-cache"),
+        }
+    }
+}
+
+/// Checks the mountpoint and /dev/fuse, opens the dataset and mounts it.
+pub fn check_and_mount(config: &MountConfig) -> Result<Mounted> {
+    let mnt = config.mountpoint();
+    check_mountpoint(mnt)?;
+    check_dev_fuse()?;
+    let vfs = open_vfs(config)?;
+    let opts = FuseOptions {
+        allow_other: config.allow_other,
+        threads: config.fuse_threads,
+        fs_name: config.source().unwrap_or("shardfs").to_string(),
+    };
+    fuse::mount(vfs, mnt, &opts).with_context(|| format!("cannot mount at {}", mnt.display()))
+}
+
+fn check_mountpoint(mnt: &Path) -> Result<()> {
+    match std::fs::metadata(mnt) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => bail!("mountpoint {} is not a directory", mnt.display()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            bail!(
+                "mountpoint {} is a stale mount (run `shardfs unmount {}`)",
+                mnt.display(),
+                mnt.display()
+            )
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("mountpoint {} does not exist", mnt.display())
+        }
+        Err(e) => bail!("mountpoint {}: {e}", mnt.display()),
+    }
+    if super::mount::is_mountpoint(mnt) {
+        bail!(
+            "mountpoint {} is busy: something is already mounted there",
+            mnt.display()
+        );
+    }
+    Ok(())
+}
+
+fn check_dev_fuse() -> Result<()> {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("no /dev/fuse: load the fuse kernel module (modprobe fuse) or give the container the device (--device /dev/fuse)")
+        }
+        // Unprivileged users mount through fusermount3, which opens the device itself.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            if which("fusermount3").is_none() {
+                bail!("/dev/fuse is not accessible and fusermount3 is missing (install the fuse3 package)");
+            }
+            Ok(())
+        }
+        Err(e) => bail!("/dev/fuse: {e}"),
+    }
+}
+
+fn which(cmd: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(cmd))
+        .find(|p| p.is_file())
+}
+
+/// Opens every stream, builds the plan and the vfs.
+fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
+    let source = config.source().context("no SOURCE given")?;
+    let root = PathBuf::from(source.strip_prefix("file://").unwrap_or(source));
+    let index_json = std::fs::read(root.join("index.json"))
+        .with_context(|| format!("cannot read index.json from {source}"))?;
+    let index = mds::Index::parse(&index_json)
+        .with_context(|| format!("{source}: index.json is invalid"))?;
+    let next_use: NextUseFn = Arc::new(OnceLock::new());
+    let memory_limit = config.memory_limit.unwrap_or(2 << 30);
+    let fetch_root = root.clone();
+    let fetch = Box::new(move |name: &str| {
+        std::fs::read(fetch_root.join(name)).map_err(|e| format!("{name}: {e}"))
+    });
+    let shards: Arc<dyn ShardStore> = Arc::new(MemoryShards::new(
+        index.clone(),
+        fetch,
+        memory_limit,
+        next_use.clone(),
+    ));
+    let shard_samples = index.shard_samples();
+    let dataset = Arc::new(MdsDataset::new(vec![(index, shards)]));
+    let orders = Box::new(Sequential {
+        n: shard_samples.iter().sum(),
+    });
+    let readahead = Arc::new(Readahead::new(
+        orders,
+        dataset.clone(),
+        1,
+        ReadaheadOptions {
+            budget_bytes: memory_limit / 2,
+            max_fetches: config.fetch_concurrency,
+            ..Default::default()
+        },
+    ));
+    let ra = Arc::downgrade(&readahead);
+    let _ = next_use.set(Box::new(move |shard| {
+        ra.upgrade()
+            .map(|r| r.next_use(shard as u32))
+            .unwrap_or(u64::MAX)
+    }));
+    let vfs = Vfs::new(
+        dataset,
+        readahead,
+        index_json,
+        VfsConfig {
+            global_ranks: vec![0],
+            epochs_listed: config.epochs,
+        },
+    );
+    Ok(Arc::new(vfs))
+}
+
+/// Interim order (until the planner lands): every sample in id order.
+struct Sequential {
+    n: u64,
+}
+
+impl OrderSource for Sequential {
+    fn node_orders(&self, _epoch: u64) -> Result<Vec<Vec<u64>>, String> {
+        Ok(vec![(0..self.n).collect()])
+    }
+}
