@@ -1,0 +1,8 @@
+//! Tests of the `mds` module and the `inspect`/`cat` commands against `fixtures/mds`
+//! (datasets written by mosaicml-streaming 0.13) and against malformed input.
+
+mod bad_input;
+mod check;
+mod cli;
+mod fixtures;
+mod writer;
