@@ -195,7 +195,7 @@ impl SampleSource for MdsDataset {
     }
 
     fn file_size(&self, sample: u64, column: u32) -> Result<u64, SourceError> {
-        self.with_column(sample, column, |enc, raw| mds::rendered_len(enc, raw))
+        self.with_column(sample, column, mds::rendered_len)
     }
 
     fn file_size_now(&self, sample: u64, column: u32) -> Option<u64> {

@@ -67,6 +67,9 @@ pub struct Vfs {
     errors: ErrorLog,
     mounted_at: SystemTime,
     started: Instant,
+    /// The `status.json` bytes as of the last `getattr`: reads serve this snapshot, so the
+    /// content always matches the size the kernel was given.
+    status_snapshot: std::sync::Mutex<(Arc<Vec<u8>>, SystemTime)>,
 }
 
 const FIRST_FILE_OFFSET: u64 = 3;
@@ -87,6 +90,7 @@ impl Vfs {
             errors: ErrorLog::default(),
             mounted_at: SystemTime::now(),
             started: Instant::now(),
+            status_snapshot: std::sync::Mutex::new((Arc::new(Vec::new()), SystemTime::UNIX_EPOCH)),
         }
     }
 
@@ -212,12 +216,21 @@ impl Vfs {
         let node = Node::from_ino(ino).ok_or(VfsError::NotFound)?;
         match node {
             Node::Fixed(Fixed::IndexJson) => Ok(self.file_attr(ino, self.index_json.len() as u64)),
-            Node::Fixed(Fixed::StatusJson) => Ok(Attr {
-                size: self.status_json().len() as u64,
-                mtime: SystemTime::now(),
-                immutable: false,
-                ..self.file_attr(ino, 0)
-            }),
+            Node::Fixed(Fixed::StatusJson) => {
+                let now = SystemTime::now();
+                let snapshot = Arc::new(self.status_json());
+                let size = snapshot.len() as u64;
+                *self
+                    .status_snapshot
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = (snapshot, now);
+                Ok(Attr {
+                    size,
+                    mtime: now,
+                    immutable: false,
+                    ..self.file_attr(ino, 0)
+                })
+            }
             Node::RankDir(r) => self.global_rank(r).map(|_| self.dir_attr(ino)),
             Node::EpochDir(r, _) => self.global_rank(r).map(|_| self.dir_attr(ino)),
             n if n.is_dir() => Ok(self.dir_attr(ino)),
@@ -414,7 +427,15 @@ impl Vfs {
         };
         match node {
             Node::Fixed(Fixed::IndexJson) => Ok(slice(&self.index_json)),
-            Node::Fixed(Fixed::StatusJson) => Ok(slice(&self.status_json())),
+            Node::Fixed(Fixed::StatusJson) => {
+                let snapshot = self
+                    .status_snapshot
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+                    .clone();
+                Ok(slice(&snapshot))
+            }
             Node::RankFile(r, e, p, c) => {
                 let sample = self.sample_at(r, e, p)?;
                 self.readahead.on_read(r.0 as usize, e.0, p.0);

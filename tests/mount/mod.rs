@@ -28,6 +28,7 @@ pub fn bin() -> &'static Path {
 pub struct Mount {
     pub mnt: PathBuf,
     _dir: tempfile::TempDir,
+    #[allow(dead_code)]
     pub cache: PathBuf,
 }
 
@@ -341,5 +342,114 @@ fn unmount_command_and_sigterm_end_the_daemon() {
     assert!(
         !mounts.contains(m.mnt.to_str().unwrap()),
         "still mounted after SIGTERM"
+    );
+}
+
+/// Every rank-folder and samples/ file of `exp` read through `m` equals the reference bytes.
+fn check_all_bytes(m: &Mount, exp: &Expected, ranks: &[u64]) {
+    for g in 0..exp.samples.len() as u64 {
+        for (suffix, bytes) in exp.files(g) {
+            assert_eq!(
+                std::fs::read(m.mnt.join(format!("samples/{g:08}.{suffix}"))).unwrap(),
+                bytes
+            );
+        }
+    }
+    for r in ranks {
+        let dir = m.mnt.join(format!("rank-{r}/epoch-0"));
+        for name in m.list(&format!("rank-{r}/epoch-0")) {
+            let data = std::fs::read(dir.join(&name)).unwrap();
+            assert_eq!(
+                data.len() as u64,
+                std::fs::metadata(dir.join(&name)).unwrap().len()
+            );
+        }
+    }
+}
+
+#[test]
+fn memory_limit_smaller_than_the_dataset_keeps_every_byte_right() {
+    let dir = fixtures().join("mds/compressed-zstd");
+    let exp = Expected::load(&dir);
+    let total: u64 = exp.index.shards().iter().map(|s| s.raw.bytes).sum();
+    let biggest = exp
+        .index
+        .shards()
+        .iter()
+        .map(|s| s.raw.bytes)
+        .max()
+        .unwrap();
+    let limit = (biggest * 2).max(total / 3);
+    assert!(limit < total);
+    let m = Mount::new(
+        dir.to_str().unwrap(),
+        &["--memory-limit", &limit.to_string()],
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let stop = stop.clone();
+        let status = m.mnt.join(".shardfs/status.json");
+        std::thread::spawn(move || {
+            let mut peak = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                let v: serde_json::Value =
+                    serde_json::from_slice(&std::fs::read(&status).unwrap()).unwrap();
+                peak = peak.max(v["cache"][0]["bytes_resident"].as_u64().unwrap());
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            peak
+        })
+    };
+    check_all_bytes(&m, &exp, &[0]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak = watcher.join().unwrap();
+    let s = m.status();
+    assert!(peak <= limit, "resident peak {peak} over the limit {limit}");
+    assert!(s["cache"][0]["evictions"].as_u64().unwrap() > 0, "{s}");
+    assert!(s["cache"][0]["bytes_resident"].as_u64().unwrap() <= limit);
+}
+
+#[test]
+fn sixteen_concurrent_readers_over_several_epochs() {
+    let dir = fixtures().join("mds/basic");
+    let exp = std::sync::Arc::new(Expected::load(&dir));
+    let m = Mount::new(dir.to_str().unwrap(), &["--epochs", "4"]);
+    assert_eq!(
+        m.list("rank-0"),
+        ["epoch-0", "epoch-1", "epoch-2", "epoch-3"]
+    );
+    let rss_before = m.rss_kib();
+    let mnt = m.mnt.clone();
+    let threads: Vec<_> = (0..16u64)
+        .map(|t| {
+            let mnt = mnt.clone();
+            let exp = exp.clone();
+            std::thread::spawn(move || {
+                // Reader t reads epoch t % 5 (epoch 4 is not listed but can be opened) from a
+                // different starting point, wrapping around.
+                let epoch = t % 5;
+                let n = exp.samples.len() as u64;
+                let mut read = 0u64;
+                for k in 0..n {
+                    let g = (k + t * 61) % n;
+                    for (suffix, bytes) in exp.files(g) {
+                        let p = mnt.join(format!("rank-0/epoch-{epoch}/{g:08}.{suffix}"));
+                        assert_eq!(std::fs::read(&p).unwrap(), bytes, "{}", p.display());
+                        read += bytes.len() as u64;
+                    }
+                }
+                read
+            })
+        })
+        .collect();
+    let total: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(total > 0);
+    let s = m.status();
+    assert_eq!(s["errors"]["count"], 0);
+    let rss_after = m.rss_kib();
+    assert!(rss_after < 256 * 1024, "RSS {rss_after} KiB");
+    assert!(
+        rss_after < rss_before + 64 * 1024,
+        "RSS grew from {rss_before} to {rss_after} KiB"
     );
 }
