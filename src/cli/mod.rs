@@ -4,11 +4,13 @@
 //! this file only wires them together and turns errors into one clear line and an exit code.
 
 mod cat;
+mod index_samples;
 mod inspect;
 mod mount;
 mod mount_options;
 mod mount_setup;
 mod order;
+pub mod ordering;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -1,13 +1,47 @@
-//! `shardfs order`: not yet implemented.
+//! `shardfs order`: print one rank's global sample ids for one epoch, one per line, in the
+//! order its DataLoader reads them (what `rank-R/epoch-E/` lists in a mount).
+
+use super::index_samples;
+use super::ordering::OrderingArgs;
+use crate::order::Planner;
+use anyhow::{Context, Result};
+use std::io::Write;
 
 /// Arguments of `shardfs order`.
 #[derive(Debug, clap::Args)]
 pub struct OrderArgs {
-    /// Dataset source: a local path, file://, s3://, gs://, az:// or http(s):// URL.
-    pub source: String,
+    /// Dataset source (folder holding index.json); omit when using --stream.
+    pub source: Option<String>,
+    /// Ordering and world options.
+    #[command(flatten)]
+    pub ordering: OrderingArgs,
+    /// Epoch to print.
+    #[arg(long, default_value_t = 0)]
+    pub epoch: u64,
+    /// Global rank to print.
+    #[arg(long, default_value_t = 0)]
+    pub rank: u64,
 }
 
 /// Runs `shardfs order`.
-pub fn run(_args: OrderArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`shardfs order` is not implemented yet")
+pub fn run(args: OrderArgs) -> Result<()> {
+    let resolved = args.ordering.resolve(args.source.as_deref())?;
+    let streams = resolved.stream_specs(index_samples::shard_samples)?;
+    let planner = Planner::new(
+        streams,
+        resolved.options.clone(),
+        resolved.world,
+        resolved.resume,
+    )
+    .context("invalid ordering options")?;
+    let ids = planner
+        .rank_order(args.epoch, args.rank)
+        .with_context(|| format!("computing rank {} epoch {}", args.rank, args.epoch))?;
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, stdout.lock());
+    for id in ids {
+        writeln!(out, "{id}")?;
+    }
+    out.flush()?;
+    Ok(())
 }

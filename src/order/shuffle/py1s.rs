@@ -1,0 +1,18 @@
+//! upstream `shuffle/py1s.py`: shuffle spans within each canonical node, then the samples of
+//! each span.
+
+use super::{prefix, ShuffleParams};
+use crate::order::rng::NumpyRng;
+
+/// The py1s permutation.
+pub fn shuffle(p: ShuffleParams<'_>) -> Vec<u64> {
+    let mut rng = NumpyRng::new(p.seed.wrapping_add(p.epoch));
+    let (spans, _, n) = prefix(&p, &mut rng);
+    let mut ids = Vec::with_capacity(n as usize);
+    for (a, b) in spans {
+        let start = ids.len();
+        ids.extend(a..b);
+        rng.shuffle(&mut ids[start..]);
+    }
+    ids
+}
