@@ -7,8 +7,10 @@ use std::sync::{Arc, OnceLock};
 
 use anyhow::{bail, Context, Result};
 
+use super::ordering::OrderingArgs;
 use crate::fuse::{self, FuseOptions, Mounted};
 use crate::mds;
+use crate::order::{Planner, StreamSpec};
 use crate::readahead::{OrderSource, Readahead, ReadaheadOptions};
 use crate::vfs::{MdsDataset, MemoryShards, NextUseFn, ShardStore, Vfs, VfsConfig};
 
@@ -39,6 +41,9 @@ pub struct MountConfig {
     /// Shard fetches in flight at once.
     #[arg(long, default_value_t = 8)]
     pub fetch_concurrency: usize,
+    /// Ordering and world options (the meaning of StreamingDataset's arguments).
+    #[command(flatten)]
+    pub ordering: OrderingArgs,
 }
 
 /// Parses `10GiB`, `512MiB`, `1.5GB`, `4096` into bytes.
@@ -166,35 +171,96 @@ fn which(cmd: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// Opens every stream, builds the plan and the vfs.
-fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
-    let source = config.source().context("no SOURCE given")?;
+/// One stream opened: its index, the raw index.json bytes and its shard store.
+struct OpenedStream {
+    index: mds::Index,
+    index_json: Vec<u8>,
+    shards: Arc<dyn ShardStore>,
+}
+
+fn open_stream(
+    source: &str,
+    memory_limit: u64,
+    next_use: NextUseFn,
+    shard_offset: u32,
+) -> Result<OpenedStream> {
     let root = PathBuf::from(source.strip_prefix("file://").unwrap_or(source));
     let index_json = std::fs::read(root.join("index.json"))
         .with_context(|| format!("cannot read index.json from {source}"))?;
-    let index = mds::Index::parse(&index_json)
-        .with_context(|| format!("{source}: index.json is invalid"))?;
-    let next_use: NextUseFn = Arc::new(OnceLock::new());
-    let memory_limit = config.memory_limit.unwrap_or(2 << 30);
+    let index =
+        mds::Index::parse(&index_json).with_context(|| format!("{source}: invalid index.json"))?;
     let fetch_root = root.clone();
     let fetch = Box::new(move |name: &str| {
         std::fs::read(fetch_root.join(name)).map_err(|e| format!("{name}: {e}"))
     });
+    let stream_next_use: NextUseFn = Arc::new(OnceLock::new());
+    let _ = stream_next_use.set(Box::new(move |shard| {
+        next_use
+            .get()
+            .map(|f| f(shard + shard_offset as usize))
+            .unwrap_or(u64::MAX)
+    }));
     let shards: Arc<dyn ShardStore> = Arc::new(MemoryShards::new(
         index.clone(),
         fetch,
         memory_limit,
-        next_use.clone(),
+        stream_next_use,
     ));
-    let shard_samples = index.shard_samples();
-    let dataset = Arc::new(MdsDataset::new(vec![(index, shards)]));
-    let orders = Box::new(Sequential {
-        n: shard_samples.iter().sum(),
-    });
+    Ok(OpenedStream {
+        index,
+        index_json,
+        shards,
+    })
+}
+
+/// Opens every stream, builds the plan and the vfs.
+fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
+    let resolved = config.ordering.resolve(config.source())?;
+    let memory_limit = config.memory_limit.unwrap_or(2 << 30);
+    let per_stream_limit = memory_limit / resolved.streams.len().max(1) as u64;
+    // Global shard numbers → next use, set once the readahead exists.
+    let next_use: NextUseFn = Arc::new(OnceLock::new());
+    let mut opened = Vec::new();
+    let mut shard_offset = 0u32;
+    for s in &resolved.streams {
+        let o = open_stream(&s.source, per_stream_limit, next_use.clone(), shard_offset)?;
+        shard_offset += o.index.shards().len() as u32;
+        opened.push(o);
+    }
+    let specs: Vec<StreamSpec> = resolved
+        .streams
+        .iter()
+        .zip(&opened)
+        .map(|(s, o)| StreamSpec {
+            shard_samples: o.index.shard_samples(),
+            weight: s.weight,
+        })
+        .collect();
+    let planner = Planner::new(
+        specs,
+        resolved.options.clone(),
+        resolved.world,
+        resolved.resume,
+    )
+    .context("invalid ordering options")?;
+    let world = resolved.world;
+    let node = resolved.node_rank;
+    let global_ranks: Vec<u64> = (0..world.ranks_per_node)
+        .map(|l| node * world.ranks_per_node + l)
+        .collect();
+    // index.json at the root: the dataset's own for one stream; for several, the first
+    // stream's (each stream keeps its own index in its source).
+    let index_json = opened
+        .first()
+        .map(|o| o.index_json.clone())
+        .unwrap_or_default();
+    let dataset = Arc::new(MdsDataset::new(
+        opened.into_iter().map(|o| (o.index, o.shards)).collect(),
+    ));
     let readahead = Arc::new(Readahead::new(
-        orders,
+        Box::new(PlannerOrders { planner, node }),
         dataset.clone(),
-        1,
+        global_ranks.len(),
         ReadaheadOptions {
             budget_bytes: memory_limit / 2,
             max_fetches: config.fetch_concurrency,
@@ -212,20 +278,23 @@ fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
         readahead,
         index_json,
         VfsConfig {
-            global_ranks: vec![0],
+            global_ranks,
             epochs_listed: config.epochs,
         },
     );
     Ok(Arc::new(vfs))
 }
 
-/// Interim order (until the planner lands): every sample in id order.
-struct Sequential {
-    n: u64,
+/// Rank orders from StreamingDataset's plan, for this node's ranks.
+struct PlannerOrders {
+    planner: Planner,
+    node: u64,
 }
 
-impl OrderSource for Sequential {
-    fn node_orders(&self, _epoch: u64) -> Result<Vec<Vec<u64>>, String> {
-        Ok(vec![(0..self.n).collect()])
+impl OrderSource for PlannerOrders {
+    fn node_orders(&self, epoch: u64) -> Result<Vec<Vec<u64>>, String> {
+        self.planner
+            .node_orders(epoch, self.node)
+            .map_err(|e| e.to_string())
     }
 }

@@ -1,5 +1,7 @@
 //! Real FUSE mounts through the `shardfs` binary, checked against the fixtures.
 
+mod orders;
+
 use crate::common::{fixtures, shardfs_bin};
 use base64::Engine;
 use shardfs::mds;
