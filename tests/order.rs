@@ -590,3 +590,240 @@ fn order_command_refuses_what_upstream_refuses() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("index.json"));
 }
+
+mod properties {
+    //! Invariants upstream's design promises, over random datasets and worlds.
+    use super::*;
+    use proptest::prelude::*;
+
+    fn algo_strategy() -> impl Strategy<Value = Option<ShuffleAlgo>> {
+        prop_oneof![
+            Just(None),
+            Just(Some(ShuffleAlgo::Naive)),
+            Just(Some(ShuffleAlgo::Py1s)),
+            Just(Some(ShuffleAlgo::Py2s)),
+            Just(Some(ShuffleAlgo::Py1br)),
+            Just(Some(ShuffleAlgo::Py1e)),
+        ]
+    }
+
+    fn options(algo: Option<ShuffleAlgo>, canonical: u64, block: u64, seed: u64) -> OrderOptions {
+        OrderOptions {
+            shuffle: algo.is_some(),
+            shuffle_algo: algo.unwrap_or(ShuffleAlgo::Py1e),
+            shuffle_block_size: Some(block),
+            num_canonical_nodes: Some(canonical),
+            shuffle_seed: seed,
+            ..OrderOptions::default()
+        }
+    }
+
+    fn one_stream(shards: &[u64]) -> Vec<StreamSpec> {
+        vec![StreamSpec {
+            shard_samples: shards.to_vec(),
+            weight: StreamWeight::Unset,
+        }]
+    }
+
+    /// Every rank's order, indexed by global rank.
+    fn all_ranks(p: &Planner, epoch: u64) -> Vec<Vec<u64>> {
+        let w = p.world();
+        (0..w.nodes)
+            .flat_map(|n| p.node_orders(epoch, n).unwrap())
+            .collect()
+    }
+
+    /// The global sequence T read off an orig-compatible plan: sample i of node p, local rank
+    /// r is T[p + P·(r + R·i)].
+    fn global_sequence(p: &Planner, epoch: u64) -> Vec<Option<u64>> {
+        let w = p.world();
+        let ranks = all_ranks(p, epoch);
+        let len = ranks.iter().map(Vec::len).max().unwrap_or(0) as u64 * w.nodes * w.ranks_per_node;
+        let mut t = vec![None; len as usize];
+        for node in 0..w.nodes {
+            for r in 0..w.ranks_per_node {
+                for (i, &id) in ranks[(node * w.ranks_per_node + r) as usize]
+                    .iter()
+                    .enumerate()
+                {
+                    t[(node + w.nodes * (r + w.ranks_per_node * i as u64)) as usize] = Some(id);
+                }
+            }
+        }
+        t
+    }
+
+    fn world(nodes: u64, ranks: u64, workers: u64, batch: u64) -> World {
+        World {
+            nodes,
+            ranks_per_node: ranks,
+            workers_per_rank: workers,
+            batch_size: batch,
+        }
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 48, ..ProptestConfig::default() })]
+
+        #[test]
+        fn an_epoch_covers_every_sample(
+            shards in proptest::collection::vec(0u64..60, 1..12),
+            algo in algo_strategy(),
+            cexp in 0u32..4, pexp in 0u32..4,
+            ranks in 1u64..4, workers in 1u64..3, batch in 1u64..5,
+            block in 4u64..300, epoch in 0u64..3, seed in 0u64..100_000,
+        ) {
+            let n: u64 = shards.iter().sum();
+            let (c, nodes) = (1u64 << cexp, 1u64 << pexp);
+            prop_assume!(n >= 2 * c.max(nodes));
+            let p = Planner::new(one_stream(&shards), options(algo, c, block, seed), world(nodes, ranks, workers, batch), None).unwrap();
+            let mut seen = vec![0u64; n as usize];
+            let mut total = 0u64;
+            for order in all_ranks(&p, epoch) {
+                for id in order {
+                    prop_assert!(id < n, "id {} outside 0..{}", id, n);
+                    seen[id as usize] += 1;
+                    total += 1;
+                }
+            }
+            prop_assert!(seen.iter().all(|&k| k >= 1), "a sample is missing");
+            // Extra copies are partition padding only: short canonical rows, C < P padding,
+            // and per-node rank padding.
+            prop_assert!(total - n <= c + nodes + nodes * ranks, "{} extra copies", total - n);
+        }
+
+        #[test]
+        fn the_global_sequence_does_not_depend_on_the_world(
+            shards in proptest::collection::vec(1u64..60, 1..12),
+            algo in algo_strategy(),
+            cexp in 0u32..4, p1 in 0u32..4, p2 in 0u32..4,
+            r1 in 1u64..4, r2 in 1u64..4, w1 in 1u64..3, w2 in 1u64..3, b1 in 1u64..5, b2 in 1u64..5,
+            block in 4u64..300, epoch in 0u64..2,
+        ) {
+            let n: u64 = shards.iter().sum();
+            let c = 1u64 << cexp;
+            prop_assume!(n >= 2 * c);
+            let opts = options(algo, c, block, 9176);
+            let a = Planner::new(one_stream(&shards), opts.clone(), world(1 << p1, r1, w1, b1), None);
+            let b = Planner::new(one_stream(&shards), opts, world(1 << p2, r2, w2, b2), None);
+            // Upstream refuses some tiny C < P layouts (too few samples to pad); so do we.
+            if let Err(e) = &a { prop_assert!(matches!(e, OrderError::TooFewSamplesToPad { .. }), "{}", e); }
+            if let Err(e) = &b { prop_assert!(matches!(e, OrderError::TooFewSamplesToPad { .. }), "{}", e); }
+            prop_assume!(a.is_ok() && b.is_ok());
+            let (a, b) = (a.unwrap(), b.unwrap());
+            let (ta, tb) = (global_sequence(&a, epoch), global_sequence(&b, epoch));
+            // Positions below C·⌈N/C⌉ are the canonical matrix itself (padding for C < P and
+            // rank padding come after it only when C ≥ P; compare where both worlds have C ≥ P).
+            if (1 << p1) <= c && (1 << p2) <= c {
+                let len = (c * n.div_ceil(c)) as usize;
+                prop_assert_eq!(&ta[..len], &tb[..len]);
+            } else {
+                // With C < P rows are padded differently; the real samples still come in the
+                // same order once repeats are removed.
+                let dedup = |t: &[Option<u64>]| {
+                    let mut seen = std::collections::HashSet::new();
+                    t.iter().flatten().filter(|&&v| seen.insert(v)).copied().collect::<Vec<u64>>()
+                };
+                prop_assert_eq!(dedup(&ta).len() as u64, n);
+                prop_assert_eq!(dedup(&tb).len() as u64, n);
+            }
+        }
+
+        #[test]
+        fn a_resumed_run_continues_the_interrupted_global_steps(
+            shards in proptest::collection::vec(1u64..80, 2..12),
+            algo in algo_strategy(),
+            p0 in 1u64..5, p1 in 1u64..6, ranks in 1u64..3, workers in 1u64..3, k in 1u64..3,
+            block in 4u64..300, steps in 0u64..5,
+        ) {
+            // First run on p0 nodes (NCN defaults to p0), resumed on p1 nodes with the same
+            // global batch: relaxed re-deals the interrupted order when p0 and p1 do not
+            // divide each other.
+            let n: u64 = shards.iter().sum();
+            let base = p0 * p1 * k;
+            let (b0, b1) = (base / p0, base / p1);
+            let gbs = base * ranks;
+            prop_assume!(n >= 2 * p0.max(p1) && (steps + 2) * gbs < n);
+            let opts = options(algo, p0, block, 9176);
+            let first = Planner::new(one_stream(&shards), opts.clone(), world(p0, ranks, workers, b0), None);
+            prop_assume!(first.is_ok());
+            let first = first.unwrap();
+            let state = ResumeState {
+                epoch: 0,
+                sample_in_epoch: steps * gbs,
+                num_canonical_nodes: p0,
+                shuffle_seed: 9176,
+                initial_physical_nodes: Some(p0),
+            };
+            let resumed = Planner::new(one_stream(&shards), opts, world(p1, ranks, workers, b1), Some(state));
+            let resumed = match resumed {
+                Ok(r) => r,
+                Err(e) => {
+                    // Only upstream's own refusals are acceptable.
+                    prop_assert!(matches!(e, OrderError::TooFewSamplesToPad { .. }), "{}", e);
+                    return Ok(());
+                }
+            };
+            let step_sets = |p: &Planner, batch: u64| -> Vec<Vec<u64>> {
+                let ranks = all_ranks(p, 0);
+                let b = batch as usize;
+                let nsteps = ranks.iter().map(|r| r.len().div_ceil(b)).max().unwrap_or(0);
+                (0..nsteps)
+                    .map(|s| {
+                        let mut v: Vec<u64> = ranks.iter().flat_map(|r| r.iter().skip(s * b).take(b).copied()).collect();
+                        v.sort_unstable();
+                        v
+                    })
+                    .collect()
+            };
+            let before = step_sets(&first, b0);
+            let after = step_sets(&resumed, b1);
+            let k0 = steps as usize;
+            let comparable = after.len().saturating_sub(2).min(before.len().saturating_sub(k0 + 2));
+            for s in 0..comparable {
+                prop_assert_eq!(&after[s], &before[k0 + s], "global step {} after resuming", s);
+            }
+        }
+
+        #[test]
+        fn resuming_drops_exactly_the_consumed_samples(
+            shards in proptest::collection::vec(1u64..60, 2..12),
+            algo in algo_strategy(),
+            cexp in 0u32..3, p0exp in 0u32..3, p1exp in 0u32..3,
+            ranks in 1u64..3, workers in 1u64..3, per_node_batch in 1u64..4,
+            block in 4u64..300, steps in 0u64..6, epoch in 0u64..2,
+        ) {
+            let n: u64 = shards.iter().sum();
+            let c = 1u64 << cexp;
+            let (p0, p1) = (1u64 << p0exp, 1u64 << p1exp);
+            prop_assume!(n >= 2 * c.max(p0).max(p1));
+            // Same global batch in both worlds: B·P constant.
+            let gbs_per_rank = per_node_batch * 4;
+            let (b0, b1) = (gbs_per_rank / p0, gbs_per_rank / p1);
+            let gbs = gbs_per_rank * ranks;
+            prop_assume!(steps * gbs < n);
+            let opts = options(algo, c, block, 9176);
+            let first = Planner::new(one_stream(&shards), opts.clone(), world(p0, ranks, workers, b0), None).unwrap();
+            let state = ResumeState {
+                epoch,
+                sample_in_epoch: steps * gbs,
+                num_canonical_nodes: c,
+                shuffle_seed: 9176,
+                initial_physical_nodes: Some(p0),
+            };
+            let resumed = Planner::new(one_stream(&shards), opts, world(p1, ranks, workers, b1), Some(state)).unwrap();
+            // Both node counts divide C or are divided by it here, so T continues at the
+            // resume point: the resumed T is the fresh T without its first steps·GBS samples.
+            let fresh = global_sequence(&first, epoch);
+            let again = global_sequence(&resumed, epoch);
+            let skip = (steps * gbs) as usize;
+            let real = (c * n.div_ceil(c)) as usize;
+            if p0 <= c && p1 <= c {
+                prop_assert_eq!(&fresh[skip..real], &again[..real - skip]);
+            }
+            // Later epochs are whole.
+            prop_assert_eq!(all_ranks(&resumed, epoch + 1).concat().len(),
+                all_ranks(&Planner::new(one_stream(&shards), options(algo, c, block, 9176), world(p1, ranks, workers, b1), None).unwrap(), epoch + 1).concat().len());
+        }
+    }
+}

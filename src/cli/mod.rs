@@ -4,6 +4,7 @@
 //! this file only wires them together and turns errors into one clear line and an exit code.
 
 mod cat;
+mod dataset;
 mod index_samples;
 mod inspect;
 mod mount;

@@ -14,6 +14,7 @@ mod error;
 mod hash;
 mod index;
 mod le;
+mod pyjson;
 pub mod render;
 mod sample;
 mod shard;
@@ -29,3 +30,4 @@ pub use index::{
 pub use render::{extension, render, rendered_len};
 pub use sample::split_sample;
 pub use shard::{header_len, ShardHeader, ShardView};
+pub use writer::{Writer, WriterConfig};

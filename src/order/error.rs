@@ -136,6 +136,18 @@ pub enum OrderError {
         /// The count.
         limit: u64,
     },
+    /// With fewer canonical than physical nodes, a canonical node's samples are too few to pad
+    /// it to a multiple of the node ratio (numpy's broadcast error upstream).
+    #[error(
+        "too few samples per canonical node ({per_canonical}) to pad it for {ratio} physical \
+         nodes per canonical node; reduce the node count or raise num_canonical_nodes"
+    )]
+    TooFewSamplesToPad {
+        /// ⌈samples / num_canonical_nodes⌉.
+        per_canonical: u64,
+        /// physical / canonical nodes.
+        ratio: u64,
+    },
     /// Sizes overflow 64-bit arithmetic.
     #[error("sizes overflow: {0}")]
     Overflow(&'static str),

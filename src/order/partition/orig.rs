@@ -90,9 +90,10 @@ impl Orig {
                 pad_src = start;
                 pad_broadcast = true;
             } else {
-                return Err(OrderError::Overflow(
-                    "too few samples per canonical node to pad",
-                ));
+                return Err(OrderError::TooFewSamplesToPad {
+                    per_canonical: s,
+                    ratio,
+                });
             }
         }
         let after_drop = total.saturating_sub(drop);
@@ -183,7 +184,7 @@ impl Orig {
             if self.extra_cyclic {
                 q % self.m
             } else {
-                self.m - self.r - self.rank_extra + 1 + q
+                self.m + 1 + q - self.r - self.rank_extra
             }
         };
         self.global(node + self.p * i)

@@ -1,0 +1,83 @@
+//! JSON text exactly as Python's `json.dumps(obj, sort_keys=True)` writes it: separators
+//! `", "` and `": "`, keys sorted by code point, `ensure_ascii` escapes (`\u00e9`, surrogate
+//! pairs above U+FFFF). The writer needs this to reproduce MDSWriter's shard configs and
+//! `index.json` byte for byte; serde_json's own output differs in spacing and escapes.
+
+use serde_json::Value;
+
+fn escape(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            c if (c as u32) < 0x20 || (c as u32) > 0x7e => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+fn write(v: &Value, out: &mut String) {
+    match v {
+        Value::Null => out.push_str("null"),
+        Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        Value::Number(n) => out.push_str(&n.to_string()),
+        Value::String(s) => escape(s, out),
+        Value::Array(items) => {
+            out.push('[');
+            for (k, item) in items.iter().enumerate() {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                write(item, out);
+            }
+            out.push(']');
+        }
+        Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            out.push('{');
+            for (k, key) in keys.into_iter().enumerate() {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                escape(key, out);
+                out.push_str(": ");
+                write(&map[key], out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// `json.dumps(v, sort_keys=True)` (integers only; MDS configs hold no floats).
+pub fn dumps_sorted(v: &Value) -> String {
+    let mut out = String::new();
+    write(v, &mut out);
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn python_spacing_and_escapes() {
+        let v = serde_json::json!({"b": [1, null], "a": "é\"\n😀"});
+        assert_eq!(
+            dumps_sorted(&v),
+            r#"{"a": "\u00e9\"\n\ud83d\ude00", "b": [1, null]}"#
+        );
+    }
+}
