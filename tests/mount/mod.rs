@@ -455,3 +455,86 @@ fn sixteen_concurrent_readers_over_several_epochs() {
         "RSS grew from {rss_before} to {rss_after} KiB"
     );
 }
+
+fn shards_fetched(s: &serde_json::Value) -> u64 {
+    s["cache"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["shards_fetched"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn a_node_serving_several_ranks_fetches_each_shard_once() {
+    let dir = fixtures().join("orders/datasets/main");
+    let index = mds::Index::parse(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
+    let shards = index.shards().len() as u64;
+    let m = Mount::new(
+        dir.to_str().unwrap(),
+        &[
+            "--nodes",
+            "2",
+            "--node-rank",
+            "1",
+            "--ranks-per-node",
+            "4",
+            "--workers",
+            "2",
+            "--batch-size",
+            "4",
+            "--shuffle",
+            "--epochs",
+            "2",
+        ],
+    );
+    assert_eq!(
+        m.list("").iter().filter(|n| n.starts_with("rank-")).count(),
+        4
+    );
+    // Shards this node's ranks need (one stream: the `idx` column is the global id).
+    let mut needed = std::collections::BTreeSet::new();
+    for epoch in 0..2 {
+        let readers: Vec<_> = (4..8)
+            .map(|r| {
+                let dir = m.mnt.join(format!("rank-{r}/epoch-{epoch}"));
+                std::thread::spawn(move || {
+                    let mut names: Vec<_> = std::fs::read_dir(&dir)
+                        .unwrap()
+                        .map(|e| e.unwrap().path())
+                        .collect();
+                    names.sort();
+                    let mut ids = Vec::new();
+                    for p in &names {
+                        let data = std::fs::read(p).unwrap();
+                        if p.to_str().unwrap().ends_with(".idx.txt") {
+                            ids.push(String::from_utf8(data).unwrap().parse::<u64>().unwrap());
+                        }
+                    }
+                    ids
+                })
+            })
+            .collect();
+        for r in readers {
+            let ids = r.join().unwrap();
+            assert!(!ids.is_empty());
+            needed.extend(ids.into_iter().map(|g| index.locate(g).unwrap().0));
+        }
+        let s = m.status();
+        assert!(
+            (needed.len() as u64) < shards || epoch > 0,
+            "node 1 of 2 needs only part of the shards"
+        );
+        assert_eq!(
+            shards_fetched(&s),
+            needed.len() as u64,
+            "epoch {epoch}: {s}"
+        );
+    }
+    let s = m.status();
+    assert_eq!(s["errors"]["count"], 0);
+    for r in s["readahead"]["ranks"].as_array().unwrap() {
+        assert_eq!(r["epoch"], 1);
+        assert!(r["bytes_read"].as_u64().unwrap() > 0);
+    }
+}
