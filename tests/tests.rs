@@ -1,6 +1,8 @@
 //! The one integration-test binary: each module below tests one area against real fixtures.
 
+mod cache;
 mod common;
 mod mds;
 mod mount;
 mod order;
+mod store;
