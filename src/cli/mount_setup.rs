@@ -3,16 +3,18 @@
 //! vfs → FUSE session.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, OnceLock, Weak};
 
 use anyhow::{bail, Context, Result};
 
 use super::ordering::OrderingArgs;
+use crate::cache::{CacheOptions, Dataset, ShardCache};
 use crate::fuse::{self, FuseOptions, Mounted};
 use crate::mds;
 use crate::order::{Planner, StreamSpec};
-use crate::readahead::{OrderSource, Readahead, ReadaheadOptions};
-use crate::vfs::{MdsDataset, MemoryShards, NextUseFn, ShardStore, Vfs, VfsConfig};
+use crate::readahead::{FurthestNextUse, OrderSource, Readahead, ReadaheadOptions};
+use crate::store::StoreOptions;
+use crate::vfs::{CachedShards, MdsDataset, ShardStore, Vfs, VfsConfig};
 
 /// Every option of `shardfs mount` except `--foreground` and `-o`.
 #[derive(Debug, clap::Args)]
@@ -26,7 +28,7 @@ pub struct MountConfig {
     /// Most bytes of shards kept locally (suffixes KiB, MiB, GiB, TiB, and KB, MB, ...).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub cache_limit: Option<u64>,
-    /// Most bytes of decompressed shards kept in memory.
+    /// Most bytes of shard headers and samples kept in memory (in front of the disk cache).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub memory_limit: Option<u64>,
     /// How many epoch-E folders a listing of rank-R/ shows (any epoch can be opened by name).
@@ -41,6 +43,15 @@ pub struct MountConfig {
     /// Shard fetches in flight at once.
     #[arg(long, default_value_t = 8)]
     pub fetch_concurrency: usize,
+    /// S3-compatible endpoint URL (default: AWS_ENDPOINT_URL, then S3_ENDPOINT_URL, else AWS).
+    #[arg(long, value_name = "URL")]
+    pub endpoint_url: Option<String>,
+    /// S3 region (default: AWS_REGION / AWS_DEFAULT_REGION / the profile, else us-east-1).
+    #[arg(long)]
+    pub region: Option<String>,
+    /// Send unsigned requests (public buckets).
+    #[arg(long)]
+    pub no_sign_request: bool,
     /// Ordering and world options (the meaning of StreamingDataset's arguments).
     #[command(flatten)]
     pub ordering: OrderingArgs,
@@ -88,18 +99,12 @@ impl MountConfig {
         (self.positional.len() == 2).then(|| self.positional[0].as_str())
     }
 
-    /// The cache folder: `--cache-dir`, else `$XDG_CACHE_HOME/shardfs`, else `~/.cache/shardfs`.
+    /// The cache folder: `--cache-dir`, else the cache module's default
+    /// (`$XDG_CACHE_HOME/shardfs`, `~/.cache/shardfs`, `/var/cache/shardfs` for root).
     pub fn cache_dir(&self) -> PathBuf {
-        if let Some(d) = &self.cache_dir {
-            return d.clone();
-        }
-        if let Some(x) = std::env::var_os("XDG_CACHE_HOME") {
-            return PathBuf::from(x).join("shardfs");
-        }
-        match std::env::var_os("HOME") {
-            Some(h) => PathBuf::from(h).join(".cache/shardfs"),
-            None => std::env::temp_dir().join("shardfs-cache"),
-        }
+        self.cache_dir
+            .clone()
+            .unwrap_or_else(crate::cache::default_cache_dir)
     }
 }
 
@@ -171,60 +176,75 @@ fn which(cmd: &str) -> Option<PathBuf> {
         .find(|p| p.is_file())
 }
 
-/// One stream opened: its index, the raw index.json bytes and its shard store.
+/// One stream opened: its index, the raw index.json bytes and its shard cache.
 struct OpenedStream {
     index: mds::Index,
     index_json: Vec<u8>,
     shards: Arc<dyn ShardStore>,
 }
 
+fn store_options(config: &MountConfig) -> StoreOptions {
+    StoreOptions {
+        endpoint_url: config.endpoint_url.clone(),
+        region: config.region.clone(),
+        no_sign_request: config.no_sign_request,
+        max_concurrency: config.fetch_concurrency.max(1) * 2,
+        ..StoreOptions::default()
+    }
+}
+
 fn open_stream(
+    config: &MountConfig,
     source: &str,
-    memory_limit: u64,
-    next_use: NextUseFn,
-    shard_offset: u32,
+    cache_limit: Option<u64>,
+    readahead: Arc<OnceLock<Weak<Readahead>>>,
+    first_shard: u32,
 ) -> Result<OpenedStream> {
-    let root = PathBuf::from(source.strip_prefix("file://").unwrap_or(source));
-    let index_json = std::fs::read(root.join("index.json"))
-        .with_context(|| format!("cannot read index.json from {source}"))?;
-    let index =
-        mds::Index::parse(&index_json).with_context(|| format!("{source}: invalid index.json"))?;
-    let fetch_root = root.clone();
-    let fetch = Box::new(move |name: &str| {
-        std::fs::read(fetch_root.join(name)).map_err(|e| format!("{name}: {e}"))
-    });
-    let stream_next_use: NextUseFn = Arc::new(OnceLock::new());
-    let _ = stream_next_use.set(Box::new(move |shard| {
-        next_use
-            .get()
-            .map(|f| f(shard + shard_offset as usize))
-            .unwrap_or(u64::MAX)
-    }));
-    let shards: Arc<dyn ShardStore> = Arc::new(MemoryShards::new(
-        index.clone(),
-        fetch,
-        memory_limit,
-        stream_next_use,
-    ));
+    let dataset = Dataset::load(source, &store_options(config))
+        .with_context(|| format!("cannot read index.json of {source}"))?;
+    let index = (**dataset.index()).clone();
+    let index_json = dataset.index_bytes().to_vec();
+    let opts = CacheOptions {
+        cache_dir: config.cache_dir(),
+        cache_limit,
+        memory_limit: config.memory_limit.unwrap_or(256 << 20),
+        prefetch_threads: 1,
+        ..CacheOptions::default()
+    };
+    let policy = Arc::new(FurthestNextUse::new(readahead, first_shard));
+    let cache =
+        ShardCache::open_with_policy(Arc::new(dataset), opts, policy).with_context(|| {
+            format!(
+                "cannot open the cache for {source} in {}",
+                config.cache_dir().display()
+            )
+        })?;
     Ok(OpenedStream {
         index,
         index_json,
-        shards,
+        shards: Arc::new(CachedShards(cache)),
     })
 }
 
 /// Opens every stream, builds the plan and the vfs.
 fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
     let resolved = config.ordering.resolve(config.source())?;
-    let memory_limit = config.memory_limit.unwrap_or(2 << 30);
-    let per_stream_limit = memory_limit / resolved.streams.len().max(1) as u64;
-    // Global shard numbers → next use, set once the readahead exists.
-    let next_use: NextUseFn = Arc::new(OnceLock::new());
+    let streams = resolved.streams.len().max(1) as u64;
+    let per_stream_limit = config.cache_limit.map(|l| l / streams);
+    // The readahead exists only once every stream's cache is open; the eviction policies
+    // reach it through this slot.
+    let slot: Arc<OnceLock<Weak<Readahead>>> = Arc::new(OnceLock::new());
     let mut opened = Vec::new();
-    let mut shard_offset = 0u32;
+    let mut first_shard = 0u32;
     for s in &resolved.streams {
-        let o = open_stream(&s.source, per_stream_limit, next_use.clone(), shard_offset)?;
-        shard_offset += o.index.shards().len() as u32;
+        let o = open_stream(
+            config,
+            &s.source,
+            per_stream_limit,
+            slot.clone(),
+            first_shard,
+        )?;
+        first_shard += o.index.shards().len() as u32;
         opened.push(o);
     }
     let specs: Vec<StreamSpec> = resolved
@@ -257,22 +277,19 @@ fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
     let dataset = Arc::new(MdsDataset::new(
         opened.into_iter().map(|o| (o.index, o.shards)).collect(),
     ));
+    // Readahead may cover most of the disk budget; without a limit, a generous window.
+    let budget = config.cache_limit.map(|l| l / 10 * 8).unwrap_or(8 << 30);
     let readahead = Arc::new(Readahead::new(
         Box::new(PlannerOrders { planner, node }),
         dataset.clone(),
         global_ranks.len(),
         ReadaheadOptions {
-            budget_bytes: memory_limit / 2,
+            budget_bytes: budget,
             max_fetches: config.fetch_concurrency,
             ..Default::default()
         },
     ));
-    let ra = Arc::downgrade(&readahead);
-    let _ = next_use.set(Box::new(move |shard| {
-        ra.upgrade()
-            .map(|r| r.next_use(shard as u32))
-            .unwrap_or(u64::MAX)
-    }));
+    let _ = slot.set(Arc::downgrade(&readahead));
     let vfs = Vfs::new(
         dataset,
         readahead,

@@ -41,8 +41,10 @@
 //! reports it with [`Readahead::record_stall`], and `status.json` shows the count and time.
 
 mod orders;
+mod policy;
 
 pub use orders::{EpochOrders, OrderCache, OrderSource};
+pub use policy::FurthestNextUse;
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};

@@ -9,19 +9,57 @@
 
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use super::source::{ColumnFile, SampleSource, SourceError};
+use crate::cache::ShardCache;
 use crate::mds;
 use crate::readahead::ShardSource;
 
-/// Shard bytes of one stream: what the vfs needs from the cache.
+/// Samples of one stream's shards: what the vfs needs from the cache.
 pub trait ShardStore: Send + Sync {
-    /// The decompressed, verified bytes of shard `shard`, pinned while the value is alive
-    /// (blocks until fetched).
-    fn get(&self, shard: usize) -> Result<Arc<dyn AsRef<[u8]> + Send + Sync>, String>;
-    /// Whether `get` would return without waiting for the store.
+    /// The raw bytes of sample `i` of shard `shard`, fetching the shard if needed (blocks).
+    fn sample(&self, shard: usize, i: u32) -> Result<Bytes, String>;
+    /// Like [`ShardStore::sample`], but may avoid downloading the whole shard (ranged reads
+    /// of an uncompressed remote shard), for `stat` of files not read yet.
+    fn sample_for_size(&self, shard: usize, i: u32) -> Result<Bytes, String> {
+        self.sample(shard, i)
+    }
+    /// Makes the shard resident without keeping it pinned (blocks).
+    fn ensure(&self, shard: usize) -> Result<(), String>;
+    /// Whether the shard can be read now without waiting for the store.
     fn is_resident(&self, shard: usize) -> bool;
     /// Live counters for `status.json`.
     fn status(&self) -> serde_json::Value;
+}
+
+/// The disk cache as a [`ShardStore`].
+pub struct CachedShards(pub Arc<ShardCache>);
+
+impl ShardStore for CachedShards {
+    fn sample(&self, shard: usize, i: u32) -> Result<Bytes, String> {
+        // Fill (and verify) the whole shard first: the memory tier may hold this sample from a
+        // ranged read for `stat`, which no hash covers.
+        self.0.ensure(shard).map_err(|e| e.to_string())?;
+        self.0.sample(shard, i).map_err(|e| e.to_string())
+    }
+    fn sample_for_size(&self, shard: usize, i: u32) -> Result<Bytes, String> {
+        self.0.sample_direct(shard, i).map_err(|e| e.to_string())
+    }
+    fn ensure(&self, shard: usize) -> Result<(), String> {
+        self.0.ensure(shard).map_err(|e| e.to_string())
+    }
+    fn is_resident(&self, shard: usize) -> bool {
+        self.0.is_resident(shard)
+    }
+    fn status(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self.0.stats()).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("source".into(), self.0.dataset().id().source.clone().into());
+            o.insert("dir".into(), self.0.dir().display().to_string().into());
+        }
+        v
+    }
 }
 
 /// One stream of the mount.
@@ -104,11 +142,13 @@ impl MdsDataset {
         (local < stream.index.shards().len()).then_some((stream, local))
     }
 
-    /// Calls `f` with the raw bytes of column `column` of `sample` and its encoding.
+    /// Calls `f` with the raw bytes of column `column` of `sample` and its encoding;
+    /// `for_size` allows a ranged read instead of a whole-shard fetch.
     fn with_column<T>(
         &self,
         sample: u64,
         column: u32,
+        for_size: bool,
         f: impl FnOnce(&mds::Encoding, &[u8]) -> Result<T, mds::MdsError>,
     ) -> Result<T, SourceError> {
         let (stream, shard, i) = self.locate(sample).ok_or(SourceError::Missing)?;
@@ -124,22 +164,14 @@ impl MdsDataset {
             shard: name.clone(),
             why,
         };
-        let bytes = stream.shards.get(shard).map_err(&fail)?;
-        let data: &[u8] = (*bytes).as_ref();
-        let header = mds::ShardHeader::parse(data).map_err(|e| fail(e.to_string()))?;
-        let range = header.sample_range(i).map_err(|e| fail(e.to_string()))?;
-        let raw_sample = usize::try_from(range.start)
-            .ok()
-            .zip(usize::try_from(range.end).ok())
-            .and_then(|(a, b)| data.get(a..b))
-            .ok_or_else(|| {
-                fail(format!(
-                    "sample {i} at {range:?} lies outside the shard ({} bytes)",
-                    data.len()
-                ))
-            })?;
-        let ranges =
-            mds::split_sample(&entry.columns, raw_sample).map_err(|e| fail(e.to_string()))?;
+        let raw_sample = if for_size {
+            stream.shards.sample_for_size(shard, i)
+        } else {
+            stream.shards.sample(shard, i)
+        }
+        .map_err(&fail)?;
+        let ranges = mds::split_sample(&entry.columns, &raw_sample)
+            .map_err(|e| fail(format!("sample {i}: {e}")))?;
         let r = ranges
             .get(column as usize)
             .cloned()
@@ -180,7 +212,7 @@ impl ShardSource for MdsDataset {
         let (s, k) = self
             .stream_of_shard(shard)
             .ok_or_else(|| format!("no shard {shard}"))?;
-        s.shards.get(k).map(|_| ())
+        s.shards.ensure(k)
     }
 }
 
@@ -195,14 +227,15 @@ impl SampleSource for MdsDataset {
     }
 
     fn file_size(&self, sample: u64, column: u32) -> Result<u64, SourceError> {
-        self.with_column(sample, column, mds::rendered_len)
+        self.with_column(sample, column, !self.resident(sample), mds::rendered_len)
     }
 
     fn file_size_now(&self, sample: u64, column: u32) -> Option<u64> {
         if !self.resident(sample) {
             return None;
         }
-        self.file_size(sample, column).ok()
+        self.with_column(sample, column, false, mds::rendered_len)
+            .ok()
     }
 
     fn read(
@@ -212,7 +245,7 @@ impl SampleSource for MdsDataset {
         offset: u64,
         size: u32,
     ) -> Result<Vec<u8>, SourceError> {
-        self.with_column(sample, column, |enc, raw| {
+        self.with_column(sample, column, false, |enc, raw| {
             let file = mds::render(enc, raw)?;
             let start = usize::try_from(offset)
                 .unwrap_or(usize::MAX)

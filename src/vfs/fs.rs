@@ -73,6 +73,8 @@ pub struct Vfs {
 }
 
 const FIRST_FILE_OFFSET: u64 = 3;
+/// `status.json` sizes are multiples of this.
+const STATUS_PAD: usize = 4096;
 
 impl Vfs {
     /// Builds the tree over `source`, with rank orders and readahead from `readahead`.
@@ -496,6 +498,10 @@ impl Vfs {
             "cache": self.source.status(),
         });
         let mut out = serde_json::to_vec_pretty(&v).unwrap_or_default();
+        // Pad with spaces to a multiple of 4 KiB: the size rarely changes between snapshots,
+        // so a reader racing a refresh never sees a length that disagrees with the content.
+        let padded = (out.len() + 1).div_ceil(STATUS_PAD) * STATUS_PAD;
+        out.resize(padded - 1, b' ');
         out.push(b'\n');
         out
     }

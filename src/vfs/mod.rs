@@ -15,16 +15,14 @@ mod dataset;
 mod error;
 mod fs;
 pub mod inode;
-mod memory_shards;
 pub mod names;
 mod source;
 mod status;
 
-pub use dataset::{MdsDataset, ShardStore};
+pub use dataset::{CachedShards, MdsDataset, ShardStore};
 pub use error::VfsError;
 pub use fs::{Attr, DirEntry, Kind, Vfs, VfsConfig};
 pub use inode::Ino;
-pub use memory_shards::{FetchFn, MemoryShards, NextUseFn};
 pub use source::{ColumnFile, SampleSource, SourceError};
 
 #[cfg(test)]
