@@ -48,6 +48,9 @@ struct Args {
     /// Secret key clients sign with.
     #[arg(long, default_value = "benchsecret")]
     secret_key: String,
+    /// Log every request (method, path, Range header, status, time) to stderr.
+    #[arg(long)]
+    log_requests: bool,
     /// Tokio worker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
@@ -94,6 +97,7 @@ async fn serve(args: Args) -> Result<()> {
         args.latency_ms, args.bandwidth_mbps
     );
     let latency = Duration::from_secs_f64(args.latency_ms.max(0.0) / 1000.0);
+    let log = args.log_requests;
     let rate = (args.bandwidth_mbps > 0.0).then(|| args.bandwidth_mbps * 1e6 / 8.0);
     loop {
         let (stream, _) = match listener.accept().await {
@@ -121,7 +125,27 @@ async fn serve(args: Args) -> Result<()> {
                         if !latency.is_zero() {
                             tokio::time::sleep(latency).await;
                         }
-                        hyper::service::Service::call(&service, req).await
+                        let line = log.then(|| {
+                            let range = req
+                                .headers()
+                                .get("range")
+                                .map(|v| v.to_str().unwrap_or("?").to_string());
+                            (
+                                req.method().clone(),
+                                req.uri().clone(),
+                                range,
+                                std::time::Instant::now(),
+                            )
+                        });
+                        let resp = hyper::service::Service::call(&service, req).await;
+                        if let Some((method, uri, range, t0)) = line {
+                            let status = resp.as_ref().map(|r| r.status().as_u16()).unwrap_or(0);
+                            eprintln!(
+                                "{method} {uri} range={range:?} -> {status} in {:?}",
+                                t0.elapsed()
+                            );
+                        }
+                        resp
                     }
                 });
             let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
