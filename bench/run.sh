@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The one benchmark command: builds the Rust parts, then runs bench/harness.py.
+#   bench/run.sh                 full comparison (see bench/README.md), release build
+#   bench/run.sh --smoke         seconds: 300 samples, local disk + shardfs + bench server
+#   bench/run.sh --micro         also the module micro-benchmarks
+#   bench/run.sh --setup-venv    create ~/.cache/shardfs-bench/venv (mosaicml-streaming + torch)
+# Other flags go to harness.py (--samples, --workers, --latency-ms, --bandwidth-mbps,
+# --systems, ...; `python3 bench/harness.py --help --bins {}` lists them).
+# Environment: CARGO_TARGET_DIR (default target/), BENCH_PROFILE (release; debug for --smoke).
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+repo="$(dirname "$here")"
+venv="${BENCH_VENV:-$HOME/.cache/shardfs-bench/venv}"
+
+args=()
+smoke=0
+for a in "$@"; do
+  case "$a" in
+    --setup-venv)
+      python3 -m venv "$venv"
+      "$venv/bin/pip" install 'mosaicml-streaming==0.13.0'
+      exit 0 ;;
+    --smoke) smoke=1; args+=("$a") ;;
+    *) args+=("$a") ;;
+  esac
+done
+
+profile="${BENCH_PROFILE:-$([ "$smoke" = 1 ] && echo debug || echo release)}"
+target="${CARGO_TARGET_DIR:-$repo/target}"
+if [ "$profile" = debug ]; then cargo_profile=(--profile dev); else cargo_profile=(--profile "$profile"); fi
+(cd "$repo" && cargo build --quiet "${cargo_profile[@]}" --bin shardfs \
+  --example bench-s3-server --example bench-gen)
+bin="$target/$profile"
+
+micro="{}"
+# Module micro-benchmarks are wired in here as they land (see bench/README.md).
+bins=$(printf '{"shardfs":"%s","server":"%s","gen":"%s","micro":%s}' \
+  "$bin/shardfs" "$bin/examples/bench-s3-server" "$bin/examples/bench-gen" "$micro")
+exec python3 "$here/harness.py" --bins "$bins" --venv "$venv" "${args[@]}"
