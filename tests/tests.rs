@@ -1,5 +1,7 @@
 //! The one integration-test binary: each module below tests one area against real fixtures.
 
+mod cache;
 mod common;
 mod mds;
 mod order;
+mod store;

@@ -1,1 +1,43 @@
-//! `cache`: not yet implemented (see DESIGN.md §2).
+//! `cache`: shard bytes on local disk within a byte budget, with a memory tier in front.
+//!
+//! Why it is shaped this way:
+//! - **A reader never sees a partial shard.** A fill downloads the stored file, checks its
+//!   size and its cheapest known hash from index.json (re-downloading on mismatch), decompresses
+//!   it to exactly the raw size, checks the header against the index, writes a temp file,
+//!   fsyncs, renames it into place and fsyncs the folder. Corrupt or short data never reaches
+//!   `shards/`. See `layout.rs` for the folder layout.
+//! - **Restarts keep everything verified.** The folder is keyed by the dataset identity
+//!   (canonical source URL + index.json digest), so datasets never collide and a remount
+//!   adopts every complete file (its existence under the final name with the right size
+//!   *is* the completeness record) and deletes leftovers of interrupted fills.
+//! - **The budget is a hard bound on disk bytes.** Before a fill reserves room, resident
+//!   shards are evicted by an [`EvictionPolicy`] (LRU by default; readahead plugs in
+//!   furthest-next-use). Shards pinned by a live [`ShardHandle`] are never evicted. A budget
+//!   smaller than the largest shard is refused at open with the size it needs.
+//! - **One download per shard.** Concurrent `get`s of an absent shard share one fill (single
+//!   flight); waiters get the fill's result, error included.
+//! - **Reads of cached files use io_uring** from a dedicated ring thread, with `pread` as the
+//!   fallback when io_uring is unavailable (see `io/`).
+//! - **Hot headers and samples stay in memory** (moka, bounded in bytes by `--memory-limit`),
+//!   and `header()` of an uncompressed remote shard costs one ranged GET, not a download.
+//!
+//! The API is blocking because its callers are FUSE worker threads; store I/O runs on the
+//! store's own runtime.
+
+mod dataset;
+mod error;
+mod io;
+mod layout;
+mod memory;
+mod options;
+mod policy;
+mod shard_cache;
+mod stats;
+
+pub use dataset::{Dataset, DatasetId, INDEX_JSON};
+pub use error::CacheError;
+pub use layout::LAYOUT_VERSION;
+pub use options::{default_cache_dir, CacheOptions, IoMode};
+pub use policy::{Candidate, EvictionContext, EvictionPolicy, LruPolicy};
+pub use shard_cache::{ShardCache, ShardHandle};
+pub use stats::CacheStats;

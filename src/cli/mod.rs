@@ -10,6 +10,7 @@ mod inspect;
 mod mount;
 mod order;
 pub mod ordering;
+pub mod store_args;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

@@ -21,3 +21,36 @@ pub fn fixtures() -> PathBuf {
 pub fn shardfs_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_shardfs"))
 }
+
+pub mod moto;
+pub mod s3s_server;
+
+/// Every fixture dataset folder under `fixtures()/mds`, sorted by name.
+pub fn mds_datasets() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(fixtures().join("mds"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("index.json").is_file())
+        .collect();
+    v.sort();
+    v
+}
+
+/// Every regular file under `dir`, as paths relative to it with `/` separators, sorted.
+pub fn files_under(dir: &std::path::Path) -> Vec<String> {
+    fn walk(root: &std::path::Path, d: &std::path::Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                walk(root, &p, out);
+            } else {
+                let rel = p.strip_prefix(root).unwrap();
+                out.push(rel.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}

@@ -5,4 +5,5 @@ mod bad_input;
 mod check;
 mod cli;
 mod fixtures;
+mod tiny;
 mod writer;

@@ -1,0 +1,318 @@
+//! `Dataset`: a source's store, its parsed `index.json`, and its identity.
+//!
+//! Also the two ways of getting shard bytes from the store: a whole shard, downloaded,
+//! verified and decompressed ([`Dataset::fetch_shard`]), and ranged reads of an uncompressed
+//! shard's header and samples ([`Dataset::fetch_header`], [`Dataset::fetch_range`]) for
+//! random access without downloading the shard.
+
+use super::stats::Counters;
+use super::CacheError;
+use crate::mds::{self, FileRef, Index, ShardEntry, ShardHeader};
+use crate::store::{self, BlockingStore, ObjectKey, Source, StoreError, StoreOptions};
+use bytes::Bytes;
+use sha2::{Digest, Sha256};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// The name of the index object at the dataset root.
+pub const INDEX_JSON: &str = "index.json";
+
+/// A dataset's identity: where it lives and which `index.json` it has. Two mounts with the
+/// same identity share cached shards; a rewritten dataset at the same URL gets a new one.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DatasetId {
+    /// The canonical source URL (see [`Source::canonical`]).
+    pub source: String,
+    /// Lowercase hex SHA-256 of the `index.json` bytes.
+    pub index_sha256: String,
+}
+
+impl DatasetId {
+    /// The identity of the dataset at `source` whose index.json is `index_bytes`.
+    pub fn new(source: &str, index_bytes: &[u8]) -> Self {
+        DatasetId {
+            source: source.to_string(),
+            index_sha256: hex::encode(Sha256::digest(index_bytes)),
+        }
+    }
+
+    /// A file-name-safe key: 32 hex digits of SHA-256(source, NUL, index digest).
+    pub fn key(&self) -> String {
+        let mut h = Sha256::new();
+        h.update(self.source.as_bytes());
+        h.update([0u8]);
+        h.update(self.index_sha256.as_bytes());
+        hex::encode(&h.finalize()[..16])
+    }
+}
+
+/// A dataset opened from a SOURCE: store, parsed index and identity.
+#[derive(Debug)]
+pub struct Dataset {
+    store: BlockingStore,
+    index: Arc<Index>,
+    index_bytes: Bytes,
+    id: DatasetId,
+    pub(crate) counters: Arc<Counters>,
+}
+
+impl Dataset {
+    /// Opens `source` with `opts`, then fetches and parses its `index.json`.
+    pub fn load(source: &str, opts: &StoreOptions) -> Result<Dataset, CacheError> {
+        let parsed = Source::parse(source)?;
+        let store = match store::open(source, opts) {
+            Ok(s) => s,
+            // A missing local folder: say which index.json we were looking for.
+            Err(StoreError::NotFound { detail, .. }) => {
+                return Err(StoreError::NotFound {
+                    url: format!("{}/{INDEX_JSON}", parsed.canonical()),
+                    detail,
+                }
+                .into())
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Self::from_store(BlockingStore::new(store, 2)?, parsed.canonical())
+    }
+
+    /// Fetches and parses `index.json` through an already opened store rooted at the dataset;
+    /// `source` is the canonical source URL used for the identity.
+    pub fn from_store(store: BlockingStore, source: &str) -> Result<Dataset, CacheError> {
+        let key = ObjectKey::new(INDEX_JSON)?;
+        let index_bytes = store.get(&key)?;
+        let index = Index::parse(&index_bytes).map_err(|e| CacheError::Index {
+            url: store.url_of(&key),
+            reason: e.to_string(),
+        })?;
+        let id = DatasetId::new(source, &index_bytes);
+        let counters = Arc::new(Counters::default());
+        Counters::add(&counters.bytes_fetched, index_bytes.len() as u64);
+        Ok(Dataset {
+            store,
+            index: Arc::new(index),
+            index_bytes,
+            id,
+            counters,
+        })
+    }
+
+    /// The store (blocking facade).
+    pub fn store(&self) -> &BlockingStore {
+        &self.store
+    }
+
+    /// The parsed index.
+    pub fn index(&self) -> &Arc<Index> {
+        &self.index
+    }
+
+    /// The index.json bytes as stored.
+    pub fn index_bytes(&self) -> &Bytes {
+        &self.index_bytes
+    }
+
+    /// The dataset's identity.
+    pub fn id(&self) -> &DatasetId {
+        &self.id
+    }
+
+    /// The index entry of `shard`.
+    pub fn shard(&self, shard: usize) -> Result<&ShardEntry, CacheError> {
+        let shards = self.index.shards();
+        shards.get(shard).ok_or(CacheError::NoSuchShard {
+            shard,
+            shards: shards.len(),
+        })
+    }
+
+    fn raw_key(&self, shard: usize) -> Result<(ObjectKey, &ShardEntry), CacheError> {
+        let entry = self.shard(shard)?;
+        Ok((ObjectKey::new(entry.raw.basename.clone())?, entry))
+    }
+
+    /// True when the shard is stored uncompressed, so ranged reads can serve it.
+    pub fn is_ranged(&self, shard: usize) -> Result<bool, CacheError> {
+        Ok(self.shard(shard)?.zip.is_none())
+    }
+
+    /// The header of an uncompressed shard with one ranged GET of `header_len(samples)`
+    /// bytes (the sample count comes from index.json, then is checked against the bytes).
+    pub fn fetch_header(&self, shard: usize) -> Result<ShardHeader, CacheError> {
+        let (key, entry) = self.raw_key(shard)?;
+        let url = self.store.url_of(&key);
+        if entry.zip.is_some() {
+            return Err(CacheError::Corrupt {
+                shard,
+                file: url,
+                reason: "ranged header read of a compressed shard".into(),
+            });
+        }
+        let len = mds::header_len(entry.samples);
+        if len > entry.raw.bytes {
+            return Err(CacheError::Corrupt {
+                shard,
+                file: url,
+                reason: format!("index.json says {} samples, which need a {len}-byte header, but the shard has {} bytes", entry.samples, entry.raw.bytes),
+            });
+        }
+        let bytes = self.store.get_range(&key, 0..len)?;
+        Counters::add(&self.counters.bytes_fetched, bytes.len() as u64);
+        Counters::add(&self.counters.ranged_fetches, 1);
+        check_header(shard, &url, entry, &bytes)
+    }
+
+    /// Bytes `range` of an uncompressed shard, by a ranged GET.
+    pub fn fetch_range(&self, shard: usize, range: Range<u64>) -> Result<Bytes, CacheError> {
+        let (key, entry) = self.raw_key(shard)?;
+        if range.end > entry.raw.bytes || range.start > range.end {
+            return Err(CacheError::OutOfRange {
+                shard,
+                file: entry.raw.basename.clone(),
+                what: format!(
+                    "bytes {}..{} of a {}-byte shard",
+                    range.start, range.end, entry.raw.bytes
+                ),
+            });
+        }
+        let bytes = self.store.get_range(&key, range)?;
+        Counters::add(&self.counters.bytes_fetched, bytes.len() as u64);
+        Counters::add(&self.counters.ranged_fetches, 1);
+        Ok(bytes)
+    }
+
+    /// True when the dataset is on a local file system, where reading a whole shard (and so
+    /// verifying its hash) costs little.
+    pub fn is_local(&self) -> bool {
+        self.id.source.starts_with("file://")
+    }
+
+    /// Sample `i` of a shard: two ranged GETs (header, sample) when the shard is
+    /// uncompressed and remote (ranges cannot be hash-checked; sizes and offsets are); the
+    /// whole shard, verified and decompressed (not cached), when compressed or local.
+    pub fn fetch_sample(&self, shard: usize, i: u32) -> Result<Bytes, CacheError> {
+        let entry = self.shard(shard)?;
+        let out_of_range = || CacheError::OutOfRange {
+            shard,
+            file: entry.raw.basename.clone(),
+            what: format!("sample {i} of {}", entry.samples),
+        };
+        if entry.zip.is_none() && !self.is_local() {
+            let header = self.fetch_header(shard)?;
+            let r = header.sample_range(i).map_err(|_| out_of_range())?;
+            self.fetch_range(shard, r)
+        } else {
+            let raw = self.fetch_shard(shard, 3)?;
+            let header =
+                ShardHeader::parse(&raw).map_err(|e| corrupt(shard, &entry.raw.basename, e))?;
+            let r = header.sample_range(i).map_err(|_| out_of_range())?;
+            let (start, end) = (r.start as usize, r.end as usize);
+            // fetch_shard checked that the header's last offset is the shard's length.
+            if end > raw.len() || start > end {
+                return Err(out_of_range());
+            }
+            Ok(Bytes::from(raw).slice(start..end))
+        }
+    }
+
+    /// Downloads a whole shard and returns its verified, uncompressed bytes: the stored
+    /// file's size and one known hash are checked (re-downloading up to `attempts` times on
+    /// a mismatch), then it is decompressed to exactly `raw.bytes` and its header must
+    /// agree with index.json. Corrupt bytes never leave this function.
+    pub fn fetch_shard(&self, shard: usize, attempts: u32) -> Result<Vec<u8>, CacheError> {
+        let entry = self.shard(shard)?;
+        let stored = entry.stored_file();
+        let key = ObjectKey::new(stored.basename.clone())?;
+        let url = self.store.url_of(&key);
+        let check = cheapest_hash(stored);
+        let mut last = String::new();
+        for attempt in 1..=attempts.max(1) {
+            let bytes = self.store.get(&key)?;
+            Counters::add(&self.counters.bytes_fetched, bytes.len() as u64);
+            match verify_and_unpack(entry, &check, &bytes) {
+                Ok(raw) => match check_header(shard, &url, entry, &raw) {
+                    Ok(_) => return Ok(raw),
+                    Err(e) => last = e.to_string(),
+                },
+                Err(reason) => last = reason,
+            }
+            Counters::add(&self.counters.verify_failures, 1);
+            tracing::warn!(shard, url = %url, attempt, reason = %last, "downloaded shard failed verification");
+        }
+        Err(CacheError::Corrupt {
+            shard,
+            file: url,
+            reason: format!("{last} (after {} downloads)", attempts.max(1)),
+        })
+    }
+}
+
+fn corrupt(shard: usize, file: &str, e: impl std::fmt::Display) -> CacheError {
+    CacheError::Corrupt {
+        shard,
+        file: file.to_string(),
+        reason: e.to_string(),
+    }
+}
+
+/// Parses a header and checks it against the index entry.
+fn check_header(
+    shard: usize,
+    url: &str,
+    entry: &ShardEntry,
+    bytes: &[u8],
+) -> Result<ShardHeader, CacheError> {
+    let header = ShardHeader::parse(bytes).map_err(|e| corrupt(shard, url, e))?;
+    if header.num_samples() != entry.samples {
+        return Err(corrupt(
+            shard,
+            url,
+            format!(
+                "header has {} samples, index.json says {}",
+                header.num_samples(),
+                entry.samples
+            ),
+        ));
+    }
+    if header.file_len() != entry.raw.bytes {
+        return Err(corrupt(
+            shard,
+            url,
+            format!(
+                "header says {} bytes, index.json says {}",
+                header.file_len(),
+                entry.raw.bytes
+            ),
+        ));
+    }
+    Ok(header)
+}
+
+/// Size + hash check of the stored bytes, then decompression.
+fn verify_and_unpack(entry: &ShardEntry, check: &FileRef, bytes: &[u8]) -> Result<Vec<u8>, String> {
+    mds::verify_hashes(check, bytes).map_err(|e| e.to_string())?;
+    match (&entry.zip, &entry.compression) {
+        (Some(_), Some(c)) => mds::decompress(c, bytes, Some(entry.raw.bytes))
+            .map_err(|e| format!("decompressing: {e}")),
+        (Some(_), None) => Err("index.json lists a compressed file without a compression".into()),
+        (None, _) => Ok(bytes.to_vec()),
+    }
+}
+
+/// The file reference with only its cheapest known hash (size is always checked).
+/// Preference: fastest first (xxhash family, then md5/blake2, then SHA).
+fn cheapest_hash(file: &FileRef) -> FileRef {
+    const ORDER: [&str; 17] = [
+        "xxh3_64", "xxh3_128", "xxh128", "xxh64", "xxh32", "blake2b", "md5", "blake2s", "sha1",
+        "sha512", "sha384", "sha256", "sha224", "sha3_224", "sha3_256", "sha3_384", "sha3_512",
+    ];
+    let mut out = file.clone();
+    out.hashes.clear();
+    if let Some((k, v)) = ORDER
+        .iter()
+        .filter(|a| mds::HASH_ALGOS.contains(a))
+        .find_map(|a| file.hashes.get_key_value(*a))
+    {
+        out.hashes.insert(k.clone(), v.clone());
+    }
+    out
+}

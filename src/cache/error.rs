@@ -1,0 +1,102 @@
+//! `CacheError`: why a shard could not be served, naming the shard, file or path.
+//!
+//! It is `Clone` because single flight hands one fill's outcome to every waiter.
+
+use crate::store::StoreError;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// An error from the `cache` module.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum CacheError {
+    /// Fetching from the object store failed (after its retries).
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// `index.json` could not be parsed.
+    #[error("{url}: invalid index.json: {reason}")]
+    Index {
+        /// Where the index came from.
+        url: String,
+        /// The parser's message.
+        reason: String,
+    },
+    /// Downloaded bytes failed their size or hash check (after re-downloads), or do not
+    /// decompress / parse as the shard the index describes. Nothing was cached.
+    #[error("shard {shard} ({file}): {reason}")]
+    Corrupt {
+        /// Shard number in index.json.
+        shard: usize,
+        /// The object (URL) or cached file concerned.
+        file: String,
+        /// What did not match.
+        reason: String,
+    },
+    /// A local file operation failed.
+    #[error("{op} {}: {source}", path.display())]
+    Io {
+        /// What we were doing ("write", "rename", ...).
+        op: &'static str,
+        /// The path concerned.
+        path: PathBuf,
+        /// The OS error.
+        source: Arc<std::io::Error>,
+    },
+    /// The byte budget cannot hold even the largest shard.
+    #[error("cache limit {limit} bytes is smaller than shard {shard} ({basename}, {bytes} bytes uncompressed); raise --cache-limit to at least {bytes}")]
+    BudgetTooSmall {
+        /// The configured limit.
+        limit: u64,
+        /// The largest shard.
+        shard: usize,
+        /// Its basename.
+        basename: String,
+        /// Its uncompressed size.
+        bytes: u64,
+    },
+    /// Every resident shard is pinned by open readers; there is no room for another.
+    #[error("cache is full: {need} more bytes needed for shard {shard}, limit {limit}, {pinned} bytes pinned by open readers and {filling} bytes being filled")]
+    Full {
+        /// The shard that needs room.
+        shard: usize,
+        /// Its size.
+        need: u64,
+        /// The limit.
+        limit: u64,
+        /// Bytes held by pinned shards.
+        pinned: u64,
+        /// Bytes reserved by fills in progress.
+        filling: u64,
+    },
+    /// A shard number beyond the index.
+    #[error("shard {shard} does not exist (the index has {shards} shards)")]
+    NoSuchShard {
+        /// The number asked for.
+        shard: usize,
+        /// How many there are.
+        shards: usize,
+    },
+    /// A read beyond a shard's end, or a sample number beyond its count.
+    #[error("shard {shard} ({file}): {what}")]
+    OutOfRange {
+        /// Shard number.
+        shard: usize,
+        /// Its basename.
+        file: String,
+        /// What was asked.
+        what: String,
+    },
+    /// The cache is not usable as configured (no cache dir, bad options).
+    #[error("cache configuration: {0}")]
+    Config(String),
+}
+
+impl CacheError {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: std::io::Error) -> Self {
+        CacheError::Io {
+            op,
+            path: path.into(),
+            source: Arc::new(source),
+        }
+    }
+}

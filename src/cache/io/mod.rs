@@ -1,0 +1,124 @@
+//! Reading cached shard files: io_uring on a dedicated ring thread, or `pread(2)`.
+//!
+//! Both implement [`FileReader`]. [`select`] picks one once per cache: `IoMode::Auto` tries
+//! io_uring and falls back to pread when the ring cannot be set up or its first no-op
+//! cannot complete (old kernels, seccomp filters in containers, `io_uring_disabled`). The
+//! choice is logged once. `SHARDFS_IO=pread|uring|auto` overrides the option.
+
+mod pread;
+mod uring;
+
+use super::{CacheError, IoMode};
+use std::fs::File;
+use std::sync::Arc;
+
+pub(crate) use pread::PreadReader;
+pub(crate) use uring::UringReader;
+
+/// Positional reads of whole byte ranges from open files.
+pub(crate) trait FileReader: Send + Sync + std::fmt::Debug {
+    /// "io_uring" or "pread", for logs and stats.
+    fn name(&self) -> &'static str;
+    /// Reads exactly `len` bytes at `offset`; `UnexpectedEof` if the file is shorter.
+    fn read_exact_at(&self, file: &Arc<File>, offset: u64, len: usize) -> std::io::Result<Vec<u8>>;
+}
+
+/// The reader for `mode` (after the `SHARDFS_IO` override).
+pub(crate) fn select(mode: IoMode, depth: u32) -> Result<Arc<dyn FileReader>, CacheError> {
+    let mode = match std::env::var("SHARDFS_IO").ok().as_deref().map(str::trim) {
+        Some("pread") => IoMode::Pread,
+        Some("uring") | Some("io_uring") => IoMode::Uring,
+        Some("auto") => IoMode::Auto,
+        Some(other) if !other.is_empty() => {
+            return Err(CacheError::Config(format!(
+                "SHARDFS_IO={other:?}: expected pread, uring or auto"
+            )))
+        }
+        _ => mode,
+    };
+    match mode {
+        IoMode::Pread => {
+            tracing::info!("cached shard reads use pread (requested)");
+            Ok(Arc::new(PreadReader))
+        }
+        IoMode::Uring => match UringReader::new(depth) {
+            Ok(r) => {
+                tracing::info!(depth, "cached shard reads use io_uring");
+                Ok(Arc::new(r))
+            }
+            Err(e) => Err(CacheError::Config(format!(
+                "io_uring requested but unavailable: {e}"
+            ))),
+        },
+        IoMode::Auto => match UringReader::new(depth) {
+            Ok(r) => {
+                tracing::info!(depth, "cached shard reads use io_uring");
+                Ok(Arc::new(r))
+            }
+            Err(e) => {
+                tracing::info!(error = %e, "io_uring unavailable; cached shard reads use pread");
+                Ok(Arc::new(PreadReader))
+            }
+        },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+
+    fn check(reader: &dyn FileReader) {
+        let mut f = tempfile::tempfile().unwrap();
+        let data: Vec<u8> = (0..300_000u32).map(|i| (i * 7 % 251) as u8).collect();
+        f.write_all(&data).unwrap();
+        let f = Arc::new(f);
+        for (off, len) in [
+            (0usize, 4usize),
+            (10, 4096),
+            (123_457, 65_536),
+            (299_990, 10),
+            (0, 300_000),
+            (5, 0),
+        ] {
+            let got = reader.read_exact_at(&f, off as u64, len).unwrap();
+            assert_eq!(
+                &got[..],
+                &data[off..off + len],
+                "{} at {off}+{len}",
+                reader.name()
+            );
+        }
+        let e = reader.read_exact_at(&f, 299_999, 10).unwrap_err();
+        assert_eq!(e.kind(), std::io::ErrorKind::UnexpectedEof);
+    }
+
+    #[test]
+    fn pread_reads_exact_ranges() {
+        check(&PreadReader);
+    }
+
+    #[test]
+    fn uring_reads_exact_ranges_when_available() {
+        match UringReader::new(8) {
+            Ok(r) => {
+                check(&r);
+                // Many threads share the ring.
+                let r = Arc::new(r);
+                let hs: Vec<_> = (0..8)
+                    .map(|_| {
+                        let r = r.clone();
+                        std::thread::spawn(move || check(&*r))
+                    })
+                    .collect();
+                for h in hs {
+                    h.join().unwrap();
+                }
+            }
+            Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
+                eprintln!("io_uring unavailable here: {e}")
+            }
+            Err(e) => panic!("io_uring unavailable on CI: {e}"),
+        }
+    }
+}

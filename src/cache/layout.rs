@@ -1,0 +1,138 @@
+//! The on-disk layout of one dataset's cache, and the atomic fill that writes it.
+//!
+//! ```text
+//! <cache-dir>/v1/<dataset key>/          one folder per DatasetId (source URL + index digest)
+//!     dataset.json                       {source, index_sha256}: for humans and tools
+//!     .lock                              flock: one process per dataset folder
+//!     tmp/<shard>.<pid>.<n>.part         fills in progress (deleted at open)
+//!     shards/<raw basename>              complete, verified, uncompressed shards
+//! ```
+//! A file under `shards/` exists only if it was written in full, fsynced and renamed into
+//! place, so its existence (with the size index.json gives) records completeness durably;
+//! there is no separate journal to get out of step. Basenames may contain folders
+//! ("3/shard.00000.mds"); they are validated as [`ObjectKey`]s and so cannot escape.
+
+use super::CacheError;
+use crate::store::ObjectKey;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::fd::AsRawFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Version of the layout; bump when it changes so old folders are ignored, not misread.
+pub const LAYOUT_VERSION: &str = "v1";
+
+/// Paths of one dataset's cache folder.
+#[derive(Debug, Clone)]
+pub(crate) struct Layout {
+    pub root: PathBuf,
+    pub shards: PathBuf,
+    pub tmp: PathBuf,
+}
+
+impl Layout {
+    pub fn new(cache_dir: &Path, dataset_key: &str) -> Self {
+        let root = cache_dir.join(LAYOUT_VERSION).join(dataset_key);
+        Layout {
+            shards: root.join("shards"),
+            tmp: root.join("tmp"),
+            root,
+        }
+    }
+
+    /// Creates the folders, takes the folder lock, writes `dataset.json`, and empties `tmp/`.
+    pub fn prepare(&self, dataset_json: &[u8]) -> Result<File, CacheError> {
+        for d in [&self.root, &self.shards, &self.tmp] {
+            fs::create_dir_all(d).map_err(|e| CacheError::io("create folder", d, e))?;
+        }
+        let lock_path = self.root.join(".lock");
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .map_err(|e| CacheError::io("open", &lock_path, e))?;
+        // SAFETY: flock on a descriptor we own; no memory is involved.
+        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            return Err(CacheError::Config(format!(
+                "cache folder {} is in use by another shardfs process for the same dataset; use a different --cache-dir",
+                self.root.display()
+            )));
+        }
+        for entry in fs::read_dir(&self.tmp).map_err(|e| CacheError::io("list", &self.tmp, e))? {
+            let path = entry
+                .map_err(|e| CacheError::io("list", &self.tmp, e))?
+                .path();
+            let _ = fs::remove_file(&path);
+        }
+        let meta = self.root.join("dataset.json");
+        if !meta.exists() {
+            self.write_atomically(dataset_json, &meta, "dataset")?;
+        }
+        Ok(lock)
+    }
+
+    /// Where shard file `basename` lives.
+    pub fn shard_path(&self, basename: &ObjectKey) -> PathBuf {
+        basename
+            .segments()
+            .fold(self.shards.clone(), |p, s| p.join(s))
+    }
+
+    /// Writes `data` to a temporary file, fsyncs it, renames it to `dest`, and fsyncs the
+    /// folder, so `dest` either does not exist or holds all of `data` after a crash.
+    pub fn write_atomically(&self, data: &[u8], dest: &Path, tag: &str) -> Result<(), CacheError> {
+        static SEQ: AtomicU64 = AtomicU64::new(0);
+        let tmp = self.tmp.join(format!(
+            "{tag}.{}.{}.part",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::Relaxed)
+        ));
+        let result = (|| {
+            let mut f = File::create(&tmp).map_err(|e| CacheError::io("create", &tmp, e))?;
+            f.write_all(data)
+                .map_err(|e| CacheError::io("write", &tmp, e))?;
+            f.sync_all().map_err(|e| CacheError::io("fsync", &tmp, e))?;
+            let parent = dest.parent().unwrap_or(&self.root);
+            fs::create_dir_all(parent).map_err(|e| CacheError::io("create folder", parent, e))?;
+            fs::rename(&tmp, dest).map_err(|e| CacheError::io("rename into", dest, e))?;
+            File::open(parent)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| CacheError::io("fsync folder", parent, e))
+        })();
+        if result.is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+        result
+    }
+
+    /// Every regular file under `shards/`, as (relative key string, size, mtime nanos).
+    pub fn scan(&self) -> Result<Vec<(String, u64, u128)>, CacheError> {
+        let mut out = Vec::new();
+        let mut stack = vec![self.shards.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in fs::read_dir(&dir).map_err(|e| CacheError::io("list", &dir, e))? {
+                let entry = entry.map_err(|e| CacheError::io("list", &dir, e))?;
+                let path = entry.path();
+                let meta = entry
+                    .metadata()
+                    .map_err(|e| CacheError::io("stat", &path, e))?;
+                if meta.is_dir() {
+                    stack.push(path);
+                } else if let Ok(rel) = path.strip_prefix(&self.shards) {
+                    let rel = rel
+                        .to_string_lossy()
+                        .replace(std::path::MAIN_SEPARATOR, "/");
+                    let mtime = meta
+                        .modified()
+                        .ok()
+                        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                        .map_or(0, |d| d.as_nanos());
+                    out.push((rel, meta.len(), mtime));
+                }
+            }
+        }
+        Ok(out)
+    }
+}

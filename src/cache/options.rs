@@ -1,0 +1,64 @@
+//! `CacheOptions`: where the cache lives and how big it may grow.
+
+use std::path::PathBuf;
+
+/// How cached shard files are read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoMode {
+    /// io_uring when the kernel allows it, else `pread` (env `SHARDFS_IO=pread|uring` overrides).
+    #[default]
+    Auto,
+    /// io_uring only; opening fails when it is unavailable.
+    Uring,
+    /// Plain `pread(2)`.
+    Pread,
+}
+
+/// Settings of a [`super::ShardCache`].
+#[derive(Debug, Clone)]
+pub struct CacheOptions {
+    /// Root folder of the cache; datasets get subfolders. Default: [`default_cache_dir`].
+    pub cache_dir: PathBuf,
+    /// Byte budget of the disk tier (uncompressed shard bytes). `None` = unlimited.
+    pub cache_limit: Option<u64>,
+    /// Byte budget of the memory tier (headers and samples). 0 disables it.
+    pub memory_limit: u64,
+    /// How to read cached files.
+    pub io: IoMode,
+    /// Depth of the io_uring submission queue.
+    pub uring_depth: u32,
+    /// Threads that run `prefetch` fills.
+    pub prefetch_threads: usize,
+    /// Downloads of one shard attempted when its bytes fail verification.
+    pub verify_attempts: u32,
+}
+
+impl Default for CacheOptions {
+    fn default() -> Self {
+        CacheOptions {
+            cache_dir: default_cache_dir(),
+            cache_limit: None,
+            memory_limit: 256 << 20,
+            io: IoMode::Auto,
+            uring_depth: 64,
+            prefetch_threads: 4,
+            verify_attempts: 3,
+        }
+    }
+}
+
+/// `$XDG_CACHE_HOME/shardfs`, else `$HOME/.cache/shardfs`; `/var/cache/shardfs` for root.
+pub fn default_cache_dir() -> PathBuf {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let root = unsafe { libc::geteuid() } == 0;
+    if root {
+        return PathBuf::from("/var/cache/shardfs");
+    }
+    if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        return PathBuf::from(x).join("shardfs");
+    }
+    match std::env::var_os("HOME") {
+        Some(h) => PathBuf::from(h).join(".cache/shardfs"),
+        None => std::env::temp_dir().join("shardfs-cache"),
+    }
+}

@@ -1,0 +1,687 @@
+//! `ShardCache`: the disk tier with budget, pins, single flight and prefetch, plus the
+//! memory tier in front of it. See the module notes in `cache/mod.rs`.
+
+use super::dataset::Dataset;
+use super::io::{self, FileReader};
+use super::layout::Layout;
+use super::memory::MemoryTier;
+use super::policy::{Candidate, EvictionContext, EvictionPolicy, LruPolicy};
+use super::stats::{CacheStats, Counters};
+use super::{CacheError, CacheOptions};
+use crate::mds::ShardHeader;
+use crate::store::ObjectKey;
+use bytes::Bytes;
+use std::collections::HashMap;
+use std::fs::File;
+use std::sync::mpsc;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+
+/// One fill in progress; waiters block on `cv` until `result` is set.
+#[derive(Debug, Default)]
+struct Flight {
+    result: Mutex<Option<Result<(), CacheError>>>,
+    cv: Condvar,
+}
+
+impl Flight {
+    fn finish(&self, r: Result<(), CacheError>) {
+        *self.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        self.cv.notify_all();
+    }
+
+    fn wait(&self) -> Result<(), CacheError> {
+        let mut g = self.result.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(r) = g.as_ref() {
+                return r.clone();
+            }
+            g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+enum Slot {
+    Absent,
+    Filling(Arc<Flight>),
+    Resident {
+        bytes: u64,
+        pins: u32,
+        last_use: u64,
+    },
+}
+
+#[derive(Debug)]
+struct State {
+    slots: Vec<Slot>,
+    usage: u64,
+    reserved: u64,
+    clock: u64,
+}
+
+/// Shards of one dataset on local disk within a byte budget, with a memory tier in front.
+///
+/// All methods are blocking and safe to call from many threads (FUSE worker threads); do not
+/// call them from inside a tokio runtime.
+pub struct ShardCache {
+    dataset: Arc<Dataset>,
+    layout: Layout,
+    keys: Vec<ObjectKey>,
+    limit: u64,
+    opts: CacheOptions,
+    state: Mutex<State>,
+    policy: Arc<dyn EvictionPolicy>,
+    reader: Arc<dyn FileReader>,
+    memory: MemoryTier,
+    counters: Arc<Counters>,
+    prefetch_tx: Mutex<Option<mpsc::Sender<usize>>>,
+    _lock: File,
+}
+
+impl std::fmt::Debug for ShardCache {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ShardCache")
+            .field("dir", &self.layout.root)
+            .field("limit", &self.limit)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ShardCache {
+    /// Opens (or creates) the cache folder of `dataset` under `opts.cache_dir` with LRU
+    /// eviction. Complete shards left by earlier runs are adopted without refetching.
+    pub fn open(dataset: Arc<Dataset>, opts: CacheOptions) -> Result<Arc<ShardCache>, CacheError> {
+        Self::open_with_policy(dataset, opts, Arc::new(LruPolicy))
+    }
+
+    /// Like [`ShardCache::open`] with a custom eviction policy.
+    pub fn open_with_policy(
+        dataset: Arc<Dataset>,
+        opts: CacheOptions,
+        policy: Arc<dyn EvictionPolicy>,
+    ) -> Result<Arc<ShardCache>, CacheError> {
+        let shards = dataset.index().shards();
+        let limit = opts.cache_limit.unwrap_or(u64::MAX);
+        if let Some((i, big)) = shards.iter().enumerate().max_by_key(|(_, s)| s.raw.bytes) {
+            if big.raw.bytes > limit {
+                return Err(CacheError::BudgetTooSmall {
+                    limit,
+                    shard: i,
+                    basename: big.raw.basename.clone(),
+                    bytes: big.raw.bytes,
+                });
+            }
+        }
+        let keys = shards
+            .iter()
+            .map(|s| ObjectKey::new(s.raw.basename.clone()))
+            .collect::<Result<Vec<_>, _>>()?;
+        let layout = Layout::new(&opts.cache_dir, &dataset.id().key());
+        let meta = serde_json::json!({
+            "source": dataset.id().source,
+            "index_sha256": dataset.id().index_sha256,
+            "layout": super::layout::LAYOUT_VERSION,
+        });
+        let lock = layout.prepare(meta.to_string().as_bytes())?;
+        let reader = io::select(opts.io, opts.uring_depth)?;
+
+        // Adopt complete shards; delete anything else under shards/.
+        let by_name: HashMap<&str, usize> = keys
+            .iter()
+            .enumerate()
+            .map(|(i, k)| (k.as_str(), i))
+            .collect();
+        let mut found = layout.scan()?;
+        found.sort_by_key(|(_, _, mtime)| *mtime);
+        let mut slots = vec![Slot::Absent; shards.len()];
+        let (mut usage, mut clock) = (0u64, 0u64);
+        for (rel, size, _) in found {
+            match by_name.get(rel.as_str()) {
+                Some(&i) if size == shards[i].raw.bytes => {
+                    clock += 1;
+                    slots[i] = Slot::Resident {
+                        bytes: size,
+                        pins: 0,
+                        last_use: clock,
+                    };
+                    usage += size;
+                }
+                _ => {
+                    let p = layout.shards.join(&rel);
+                    tracing::info!(path = %p.display(), "removing stray or incomplete cache file");
+                    let _ = std::fs::remove_file(&p);
+                }
+            }
+        }
+        let adopted = slots
+            .iter()
+            .filter(|s| matches!(s, Slot::Resident { .. }))
+            .count();
+        tracing::info!(dir = %layout.root.display(), adopted, usage, "shard cache opened");
+        let cache = Arc::new(ShardCache {
+            counters: dataset.counters.clone(),
+            memory: MemoryTier::new(opts.memory_limit),
+            dataset,
+            layout,
+            keys,
+            limit,
+            state: Mutex::new(State {
+                slots,
+                usage,
+                reserved: 0,
+                clock,
+            }),
+            policy,
+            reader,
+            prefetch_tx: Mutex::new(None),
+            opts,
+            _lock: lock,
+        });
+        for (i, s) in cache.lock().slots.iter().enumerate() {
+            if let Slot::Resident { bytes, .. } = s {
+                cache.policy.inserted(i, *bytes);
+            }
+        }
+        // A smaller budget than last time: evict down to it now.
+        {
+            let mut st = cache.lock();
+            if st.usage > cache.limit {
+                let over = st.usage - cache.limit;
+                cache.make_room(&mut st, usize::MAX, over.min(cache.limit))?;
+            }
+        }
+        cache.start_prefetchers();
+        Ok(cache)
+    }
+
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The dataset this cache serves.
+    pub fn dataset(&self) -> &Arc<Dataset> {
+        &self.dataset
+    }
+
+    /// The dataset's cache folder (`<cache-dir>/v1/<dataset key>`).
+    pub fn dir(&self) -> &std::path::Path {
+        &self.layout.root
+    }
+
+    /// Where shard `shard` lives (or would live) on disk.
+    pub fn shard_path(&self, shard: usize) -> Result<std::path::PathBuf, CacheError> {
+        Ok(self.layout.shard_path(self.key(shard)?))
+    }
+
+    fn key(&self, shard: usize) -> Result<&ObjectKey, CacheError> {
+        self.keys.get(shard).ok_or(CacheError::NoSuchShard {
+            shard,
+            shards: self.keys.len(),
+        })
+    }
+
+    /// Whether `shard` is complete on disk right now.
+    pub fn is_resident(&self, shard: usize) -> bool {
+        matches!(self.lock().slots.get(shard), Some(Slot::Resident { .. }))
+    }
+
+    /// The shard on disk, fetching it if needed (one download however many threads ask),
+    /// pinned against eviction until the handle is dropped.
+    pub fn get(self: &Arc<Self>, shard: usize) -> Result<ShardHandle, CacheError> {
+        self.acquire(shard, true)?;
+        let path = self.shard_path(shard)?;
+        match File::open(&path) {
+            Ok(f) => {
+                let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+                self.policy.touched(shard);
+                Ok(ShardHandle {
+                    cache: self.clone(),
+                    shard,
+                    file: Arc::new(f),
+                    len,
+                })
+            }
+            Err(e) => {
+                // Deleted behind our back: forget it so the next call refetches.
+                self.unpin(shard);
+                self.forget(shard);
+                Err(CacheError::io("open", path, e))
+            }
+        }
+    }
+
+    /// Starts fetching `shard` in the background if it is not on disk; returns at once.
+    /// Failures are logged and counted in `fill_failures`.
+    pub fn prefetch(&self, shard: usize) {
+        if shard >= self.keys.len() || !matches!(self.lock().slots.get(shard), Some(Slot::Absent)) {
+            return;
+        }
+        if let Some(tx) = self
+            .prefetch_tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            let _ = tx.send(shard);
+        }
+    }
+
+    /// Makes `shard` resident (fetching if needed) without keeping a pin. Blocking.
+    pub fn ensure(&self, shard: usize) -> Result<(), CacheError> {
+        self.acquire(shard, false)
+    }
+
+    /// Evicts `shard` now if it is resident and unpinned; returns whether it did.
+    pub fn evict(&self, shard: usize) -> bool {
+        let mut st = self.lock();
+        match st.slots.get(shard) {
+            Some(Slot::Resident { pins: 0, .. }) => {
+                self.remove(&mut st, shard);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The parsed header of `shard`: from memory, from the cached file, by one ranged GET
+    /// when the shard is uncompressed and not local, else by fetching the whole shard.
+    pub fn header(self: &Arc<Self>, shard: usize) -> Result<Arc<ShardHeader>, CacheError> {
+        if let Some(h) = self.memory.header(shard) {
+            Counters::add(&self.counters.memory_hits, 1);
+            return Ok(h);
+        }
+        Counters::add(&self.counters.memory_misses, 1);
+        let header = if self.is_resident(shard) || !self.dataset.is_ranged(shard)? {
+            return self.get(shard)?.header();
+        } else {
+            Arc::new(self.dataset.fetch_header(shard)?)
+        };
+        self.memory.put_header(shard, header.clone());
+        Ok(header)
+    }
+
+    /// Sample `i` of `shard`: memory tier, else the cached file (fetching the shard if needed).
+    pub fn sample(self: &Arc<Self>, shard: usize, i: u32) -> Result<Bytes, CacheError> {
+        if let Some(b) = self.memory.sample(shard, i) {
+            Counters::add(&self.counters.memory_hits, 1);
+            return Ok(b);
+        }
+        self.get(shard)?.sample(i)
+    }
+
+    /// Sample `i` without filling the disk tier: memory, else the cached file if resident,
+    /// else ranged GETs (header + sample) for an uncompressed shard, else a full fill.
+    pub fn sample_direct(self: &Arc<Self>, shard: usize, i: u32) -> Result<Bytes, CacheError> {
+        if let Some(b) = self.memory.sample(shard, i) {
+            Counters::add(&self.counters.memory_hits, 1);
+            return Ok(b);
+        }
+        if self.is_resident(shard) || !self.dataset.is_ranged(shard)? {
+            return self.get(shard)?.sample(i);
+        }
+        Counters::add(&self.counters.memory_misses, 1);
+        let header = self.header(shard)?;
+        let r = header.sample_range(i).map_err(|_| {
+            self.out_of_range(shard, format!("sample {i} of {}", header.num_samples()))
+        })?;
+        let b = self.dataset.fetch_range(shard, r)?;
+        self.memory.put_sample(shard, i, b.clone());
+        Ok(b)
+    }
+
+    fn out_of_range(&self, shard: usize, what: String) -> CacheError {
+        CacheError::OutOfRange {
+            shard,
+            file: self
+                .keys
+                .get(shard)
+                .map(|k| k.to_string())
+                .unwrap_or_default(),
+            what,
+        }
+    }
+
+    /// A snapshot of the counters.
+    pub fn stats(&self) -> CacheStats {
+        let c = &self.counters;
+        let st = self.lock();
+        let (mut resident, mut pinned) = (0, 0);
+        for s in &st.slots {
+            if let Slot::Resident { pins, .. } = s {
+                resident += 1;
+                if *pins > 0 {
+                    pinned += 1;
+                }
+            }
+        }
+        CacheStats {
+            bytes_fetched: Counters::load(&c.bytes_fetched),
+            shards_fetched: Counters::load(&c.shards_fetched),
+            ranged_fetches: Counters::load(&c.ranged_fetches),
+            memory_hits: Counters::load(&c.memory_hits),
+            memory_misses: Counters::load(&c.memory_misses),
+            disk_hits: Counters::load(&c.disk_hits),
+            disk_misses: Counters::load(&c.disk_misses),
+            evictions: Counters::load(&c.evictions),
+            fill_failures: Counters::load(&c.fill_failures),
+            verify_failures: Counters::load(&c.verify_failures),
+            usage_bytes: st.usage,
+            limit_bytes: self.limit,
+            resident_shards: resident,
+            pinned_shards: pinned,
+            io_backend: self.reader.name(),
+        }
+    }
+
+    /// Resident (and, if `pin`, pinned) on return, or the error of the fill.
+    fn acquire(&self, shard: usize, pin: bool) -> Result<(), CacheError> {
+        let need = self.dataset.shard(shard)?.raw.bytes;
+        let mut counted = false;
+        loop {
+            let mut st = self.lock();
+            st.clock += 1;
+            let now = st.clock;
+            let slot = st.slots.get_mut(shard).ok_or(CacheError::NoSuchShard {
+                shard,
+                shards: self.keys.len(),
+            })?;
+            match slot {
+                Slot::Resident { pins, last_use, .. } => {
+                    if pin {
+                        *pins += 1;
+                    }
+                    *last_use = now;
+                    if !counted {
+                        Counters::add(&self.counters.disk_hits, 1);
+                    }
+                    return Ok(());
+                }
+                Slot::Filling(flight) => {
+                    let flight = flight.clone();
+                    drop(st);
+                    if !counted {
+                        Counters::add(&self.counters.disk_misses, 1);
+                        counted = true;
+                    }
+                    flight.wait()?;
+                    // Resident now (or evicted again already): look again.
+                }
+                Slot::Absent => {
+                    if !counted {
+                        Counters::add(&self.counters.disk_misses, 1);
+                    }
+                    self.make_room(&mut st, shard, need)?;
+                    let flight = Arc::new(Flight::default());
+                    st.slots[shard] = Slot::Filling(flight.clone());
+                    st.reserved += need;
+                    drop(st);
+                    let result = self.fill(shard);
+                    let mut st = self.lock();
+                    st.reserved -= need;
+                    match &result {
+                        Ok(bytes) => {
+                            st.clock += 1;
+                            let last_use = st.clock;
+                            st.slots[shard] = Slot::Resident {
+                                bytes: *bytes,
+                                pins: u32::from(pin),
+                                last_use,
+                            };
+                            st.usage += *bytes;
+                            drop(st);
+                            self.policy.inserted(shard, *bytes);
+                            flight.finish(Ok(()));
+                            return Ok(());
+                        }
+                        Err(e) => {
+                            st.slots[shard] = Slot::Absent;
+                            drop(st);
+                            Counters::add(&self.counters.fill_failures, 1);
+                            flight.finish(Err(e.clone()));
+                            return Err(e.clone());
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Downloads, verifies, decompresses and writes one shard atomically. Returns its size.
+    fn fill(&self, shard: usize) -> Result<u64, CacheError> {
+        let raw = self.dataset.fetch_shard(shard, self.opts.verify_attempts)?;
+        if let Ok(h) = ShardHeader::parse(&raw) {
+            self.memory.put_header(shard, Arc::new(h));
+        }
+        let dest = self.layout.shard_path(self.key(shard)?);
+        self.layout
+            .write_atomically(&raw, &dest, &format!("shard{shard}"))?;
+        Counters::add(&self.counters.shards_fetched, 1);
+        tracing::debug!(shard, bytes = raw.len(), "shard cached");
+        Ok(raw.len() as u64)
+    }
+
+    /// Evicts until `need` more bytes fit, asking the policy for victims.
+    fn make_room(&self, st: &mut State, incoming: usize, need: u64) -> Result<(), CacheError> {
+        while st.usage + st.reserved + need > self.limit {
+            let mut candidates = Vec::new();
+            let mut pinned = Vec::new();
+            let mut pinned_bytes = 0;
+            for (i, s) in st.slots.iter().enumerate() {
+                if let Slot::Resident {
+                    bytes,
+                    pins,
+                    last_use,
+                } = s
+                {
+                    if *pins == 0 {
+                        candidates.push(Candidate {
+                            shard: i,
+                            bytes: *bytes,
+                            last_use: *last_use,
+                        });
+                    } else {
+                        pinned.push(i);
+                        pinned_bytes += bytes;
+                    }
+                }
+            }
+            let ctx = EvictionContext {
+                candidates: &candidates,
+                pinned: &pinned,
+                incoming,
+                need,
+                usage: st.usage + st.reserved,
+                limit: self.limit,
+            };
+            let victim = self
+                .policy
+                .choose_victim(&ctx)
+                .filter(|v| candidates.iter().any(|c| c.shard == *v));
+            match victim {
+                Some(v) => self.remove(st, v),
+                None => {
+                    return Err(CacheError::Full {
+                        shard: incoming,
+                        need,
+                        limit: self.limit,
+                        pinned: pinned_bytes,
+                        filling: st.reserved,
+                    })
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn remove(&self, st: &mut State, shard: usize) {
+        if let Some(Slot::Resident { bytes, .. }) = st.slots.get(shard).cloned() {
+            st.slots[shard] = Slot::Absent;
+            st.usage -= bytes;
+            if let Ok(k) = self.key(shard) {
+                let _ = std::fs::remove_file(self.layout.shard_path(k));
+            }
+            Counters::add(&self.counters.evictions, 1);
+            self.policy.removed(shard);
+            tracing::debug!(shard, bytes, "shard evicted");
+        }
+    }
+
+    fn forget(&self, shard: usize) {
+        let mut st = self.lock();
+        if let Some(Slot::Resident { bytes, pins: 0, .. }) = st.slots.get(shard).cloned() {
+            st.slots[shard] = Slot::Absent;
+            st.usage -= bytes;
+        }
+    }
+
+    fn unpin(&self, shard: usize) {
+        let mut st = self.lock();
+        if let Some(Slot::Resident { pins, .. }) = st.slots.get_mut(shard) {
+            *pins = pins.saturating_sub(1);
+        }
+    }
+
+    fn start_prefetchers(self: &Arc<Self>) {
+        let (tx, rx) = mpsc::channel::<usize>();
+        let rx = Arc::new(Mutex::new(rx));
+        for n in 0..self.opts.prefetch_threads.max(1) {
+            let weak: Weak<ShardCache> = Arc::downgrade(self);
+            let rx = rx.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("shardfs-prefetch-{n}"))
+                .spawn(move || loop {
+                    let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let Ok(shard) = job else { return };
+                    let Some(cache) = weak.upgrade() else { return };
+                    if let Err(e) = cache.ensure(shard) {
+                        tracing::warn!(shard, error = %e, "prefetch failed");
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "cannot start prefetch thread");
+            }
+        }
+        *self.prefetch_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+    }
+}
+
+impl Drop for ShardCache {
+    fn drop(&mut self) {
+        // Closing the channel ends the prefetch threads.
+        self.prefetch_tx.get_mut().map(|t| t.take()).ok();
+    }
+}
+
+/// An open, pinned shard: it stays on disk (is never evicted) while this handle lives.
+pub struct ShardHandle {
+    cache: Arc<ShardCache>,
+    shard: usize,
+    file: Arc<File>,
+    len: u64,
+}
+
+impl std::fmt::Debug for ShardHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ShardHandle(shard {}, {} bytes)", self.shard, self.len)
+    }
+}
+
+impl ShardHandle {
+    /// The shard number.
+    pub fn shard(&self) -> usize {
+        self.shard
+    }
+
+    /// Size of the uncompressed shard file.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True for an empty file (never for a valid shard).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// `len` bytes at `offset` of the cached file (io_uring or pread).
+    pub fn read_at(&self, offset: u64, len: usize) -> Result<Bytes, CacheError> {
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > self.len)
+        {
+            return Err(self.cache.out_of_range(
+                self.shard,
+                format!("bytes {offset}+{len} of a {}-byte file", self.len),
+            ));
+        }
+        let buf = self
+            .cache
+            .reader
+            .read_exact_at(&self.file, offset, len)
+            .map_err(|e| {
+                CacheError::io(
+                    "read",
+                    self.cache.shard_path(self.shard).unwrap_or_default(),
+                    e,
+                )
+            })?;
+        Ok(Bytes::from(buf))
+    }
+
+    /// The parsed header (memory tier, else read from the file).
+    pub fn header(&self) -> Result<Arc<ShardHeader>, CacheError> {
+        if let Some(h) = self.cache.memory.header(self.shard) {
+            return Ok(h);
+        }
+        let path = || {
+            self.cache
+                .shard_path(self.shard)
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        };
+        let count = self.read_at(0, 4.min(self.len as usize))?;
+        let n = ShardHeader::sample_count(&count).map_err(|e| CacheError::Corrupt {
+            shard: self.shard,
+            file: path(),
+            reason: e.to_string(),
+        })?;
+        let len = crate::mds::header_len(n);
+        if len > self.len {
+            return Err(CacheError::Corrupt {
+                shard: self.shard,
+                file: path(),
+                reason: format!("header of {n} samples is longer than the file"),
+            });
+        }
+        let bytes = self.read_at(0, len as usize)?;
+        let h = Arc::new(ShardHeader::parse(&bytes).map_err(|e| CacheError::Corrupt {
+            shard: self.shard,
+            file: path(),
+            reason: e.to_string(),
+        })?);
+        self.cache.memory.put_header(self.shard, h.clone());
+        Ok(h)
+    }
+
+    /// The bytes of sample `i` (memory tier, else the file).
+    pub fn sample(&self, i: u32) -> Result<Bytes, CacheError> {
+        if let Some(b) = self.cache.memory.sample(self.shard, i) {
+            Counters::add(&self.cache.counters.memory_hits, 1);
+            return Ok(b);
+        }
+        Counters::add(&self.cache.counters.memory_misses, 1);
+        let h = self.header()?;
+        let r = h.sample_range(i).map_err(|_| {
+            self.cache
+                .out_of_range(self.shard, format!("sample {i} of {}", h.num_samples()))
+        })?;
+        let b = self.read_at(r.start, (r.end - r.start) as usize)?;
+        self.cache.memory.put_sample(self.shard, i, b.clone());
+        Ok(b)
+    }
+}
+
+impl Drop for ShardHandle {
+    fn drop(&mut self) {
+        self.cache.unpin(self.shard);
+    }
+}

@@ -1,0 +1,63 @@
+//! Cache counters: cheap atomics bumped on the hot path, read as one [`CacheStats`] snapshot.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// A snapshot of the cache's counters (what `.shardfs/status.json` shows).
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+pub struct CacheStats {
+    /// Bytes downloaded from the store (stored form: compressed when compressed), including
+    /// ranged header/sample reads.
+    pub bytes_fetched: u64,
+    /// Whole shards downloaded and cached.
+    pub shards_fetched: u64,
+    /// Ranged requests made for headers or samples of shards not on disk.
+    pub ranged_fetches: u64,
+    /// Sample or header look-ups served from memory.
+    pub memory_hits: u64,
+    /// Look-ups that had to go to disk or the store.
+    pub memory_misses: u64,
+    /// `get` calls that found the shard on disk.
+    pub disk_hits: u64,
+    /// `get` calls that had to fetch (or wait for a fetch).
+    pub disk_misses: u64,
+    /// Shards evicted to stay within the budget.
+    pub evictions: u64,
+    /// Fills that failed (store error, corrupt bytes, disk error).
+    pub fill_failures: u64,
+    /// Downloads rejected by size/hash verification and re-fetched or abandoned.
+    pub verify_failures: u64,
+    /// Bytes of shards currently on disk.
+    pub usage_bytes: u64,
+    /// The disk budget (`u64::MAX` when unlimited).
+    pub limit_bytes: u64,
+    /// Shards currently on disk.
+    pub resident_shards: u64,
+    /// Shards currently pinned by open handles.
+    pub pinned_shards: u64,
+    /// Which reader serves cached files: "io_uring" or "pread".
+    pub io_backend: &'static str,
+}
+
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub bytes_fetched: AtomicU64,
+    pub shards_fetched: AtomicU64,
+    pub ranged_fetches: AtomicU64,
+    pub memory_hits: AtomicU64,
+    pub memory_misses: AtomicU64,
+    pub disk_hits: AtomicU64,
+    pub disk_misses: AtomicU64,
+    pub evictions: AtomicU64,
+    pub fill_failures: AtomicU64,
+    pub verify_failures: AtomicU64,
+}
+
+impl Counters {
+    pub fn add(c: &AtomicU64, n: u64) {
+        c.fetch_add(n, Ordering::Relaxed);
+    }
+
+    pub fn load(c: &AtomicU64) -> u64 {
+        c.load(Ordering::Relaxed)
+    }
+}

@@ -1,0 +1,479 @@
+//! `ObjectStoreBackend`: the one place that talks to `object_store`.
+//!
+//! It builds the right client for a [`Source`], resolves keys under the root, and maps
+//! `object_store` errors to [`StoreError`] variants by what the user should do about them.
+//! Its own retries are disabled (`max_retries = 0`): [`super::ResilientStore`] retries.
+
+use super::aws_profile::load_profile;
+use super::{
+    ObjectInfo, ObjectKey, Source, SourceKind, Store, StoreError, StoreFuture, StoreOptions,
+    TransientKind,
+};
+use bytes::Bytes;
+use futures::TryStreamExt;
+use object_store::client::{HttpError, HttpErrorKind};
+use object_store::path::Path;
+use object_store::{ClientOptions, GetOptions, ObjectStore, ObjectStoreExt, RetryConfig};
+use std::ops::Range;
+use std::sync::Arc;
+
+/// A [`Store`] over any `object_store` backend, rooted at the dataset folder.
+pub struct ObjectStoreBackend {
+    inner: Arc<dyn ObjectStore>,
+    root: Path,
+    source: Source,
+}
+
+impl std::fmt::Debug for ObjectStoreBackend {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ObjectStoreBackend({})", self.source.canonical())
+    }
+}
+
+fn env_nonempty(name: &str) -> Option<String> {
+    std::env::var(name).ok().filter(|v| !v.trim().is_empty())
+}
+
+impl ObjectStoreBackend {
+    /// Builds the client for `source`. Nothing is fetched yet; configuration problems
+    /// (unreadable profile file, bad endpoint URL) are reported here.
+    pub fn open(source: &Source, opts: &StoreOptions) -> Result<Self, StoreError> {
+        let cfg_err = |reason: String| StoreError::Config {
+            source_url: source.canonical().to_string(),
+            reason,
+        };
+        let retry = RetryConfig {
+            max_retries: 0,
+            ..RetryConfig::default()
+        };
+        let client = |allow_http: bool| {
+            ClientOptions::new()
+                .with_timeout(opts.request_timeout)
+                .with_connect_timeout(opts.connect_timeout)
+                .with_allow_http(allow_http)
+        };
+        let inner: Arc<dyn ObjectStore> = match &source.kind {
+            SourceKind::Local { root } => {
+                if !root.is_dir() {
+                    return Err(StoreError::NotFound {
+                        url: source.canonical().to_string(),
+                        detail: "no such directory".into(),
+                    });
+                }
+                Arc::new(
+                    object_store::local::LocalFileSystem::new_with_prefix(root)
+                        .map_err(|e| cfg_err(e.to_string()))?,
+                )
+            }
+            SourceKind::S3 { bucket } => {
+                use object_store::aws::AmazonS3Builder;
+                let mut b = AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .with_retry(retry);
+                let endpoint = opts
+                    .endpoint_url
+                    .clone()
+                    .or_else(|| env_nonempty("AWS_ENDPOINT_URL_S3"))
+                    .or_else(|| env_nonempty("AWS_ENDPOINT_URL"))
+                    .or_else(|| env_nonempty("S3_ENDPOINT_URL"));
+                let mut allow_http = false;
+                if let Some(ep) = &endpoint {
+                    let url = url::Url::parse(ep)
+                        .map_err(|e| cfg_err(format!("endpoint URL {ep:?}: {e}")))?;
+                    allow_http = url.scheme() == "http";
+                    // S3-compatible servers (moto, MinIO, s3s, Ceph) expect path-style addressing.
+                    b = b
+                        .with_endpoint(ep.trim_end_matches('/'))
+                        .with_virtual_hosted_style_request(false);
+                }
+                let profile = if opts.no_sign_request {
+                    Default::default()
+                } else {
+                    load_profile().map_err(cfg_err)?
+                };
+                let region = opts
+                    .region
+                    .clone()
+                    .or_else(|| env_nonempty("AWS_REGION"))
+                    .or_else(|| env_nonempty("AWS_DEFAULT_REGION"))
+                    .or(profile.region.clone())
+                    .unwrap_or_else(|| "us-east-1".to_string());
+                b = b
+                    .with_region(region)
+                    .with_client_options(client(allow_http));
+                if opts.no_sign_request {
+                    b = b.with_skip_signature(true);
+                } else if let Some(c) = &opts.credentials {
+                    b = b
+                        .with_access_key_id(&c.access_key_id)
+                        .with_secret_access_key(&c.secret_access_key);
+                    if let Some(token) = &c.session_token {
+                        b = b.with_token(token);
+                    }
+                } else if env_nonempty("AWS_ACCESS_KEY_ID").is_none() {
+                    if let (Some(id), Some(secret)) =
+                        (profile.access_key_id, profile.secret_access_key)
+                    {
+                        b = b.with_access_key_id(id).with_secret_access_key(secret);
+                        if let Some(token) = profile.session_token {
+                            b = b.with_token(token);
+                        }
+                    }
+                }
+                Arc::new(b.build().map_err(|e| cfg_err(e.to_string()))?)
+            }
+            SourceKind::Gcs { bucket } => {
+                use object_store::gcp::GoogleCloudStorageBuilder;
+                let b = GoogleCloudStorageBuilder::from_env()
+                    .with_bucket_name(bucket)
+                    .with_retry(retry)
+                    .with_client_options(client(false))
+                    .with_skip_signature(opts.no_sign_request);
+                Arc::new(b.build().map_err(|e| cfg_err(e.to_string()))?)
+            }
+            SourceKind::Azure { container } => {
+                use object_store::azure::MicrosoftAzureBuilder;
+                let b = MicrosoftAzureBuilder::from_env()
+                    .with_container_name(container)
+                    .with_retry(retry)
+                    .with_client_options(client(false))
+                    .with_skip_signature(opts.no_sign_request);
+                Arc::new(b.build().map_err(|e| cfg_err(e.to_string()))?)
+            }
+            SourceKind::Http { base } => {
+                let allow_http = base.starts_with("http://");
+                let b = object_store::http::HttpBuilder::new()
+                    .with_url(base.clone())
+                    .with_retry(retry)
+                    .with_client_options(client(allow_http));
+                Arc::new(b.build().map_err(|e| cfg_err(e.to_string()))?)
+            }
+        };
+        let root = if source.prefix.is_empty() {
+            Path::default()
+        } else {
+            Path::parse(&source.prefix).map_err(|e| cfg_err(e.to_string()))?
+        };
+        Ok(ObjectStoreBackend {
+            inner,
+            root,
+            source: source.clone(),
+        })
+    }
+
+    /// The parsed source this backend serves.
+    pub fn source(&self) -> &Source {
+        &self.source
+    }
+
+    fn location(&self, key: &ObjectKey) -> Result<Path, StoreError> {
+        let joined = if self.root.as_ref().is_empty() {
+            key.as_str().to_string()
+        } else {
+            format!("{}/{}", self.root, key)
+        };
+        Path::parse(&joined).map_err(|e| StoreError::InvalidKey {
+            key: key.to_string(),
+            reason: e.to_string(),
+        })
+    }
+
+    fn relative_key(&self, location: &Path) -> Option<ObjectKey> {
+        let root: Vec<_> = self.root.parts().collect();
+        let parts: Vec<_> = location.parts().collect();
+        if parts.len() <= root.len() || parts[..root.len()] != root[..] {
+            return None;
+        }
+        let rel: Vec<String> = parts[root.len()..]
+            .iter()
+            .map(|p| p.as_ref().to_string())
+            .collect();
+        ObjectKey::new(rel.join("/")).ok()
+    }
+
+    async fn get_checked(
+        &self,
+        key: &ObjectKey,
+        range: Option<Range<u64>>,
+    ) -> Result<Bytes, StoreError> {
+        let url = self.url_of(key);
+        let loc = self.location(key)?;
+        let opts = GetOptions::new().with_range(range.clone());
+        let result = self
+            .inner
+            .get_opts(&loc, opts)
+            .await
+            .map_err(|e| map_error(e, &url))?;
+        if let Some(r) = &range {
+            if r.end > result.meta.size {
+                return Err(StoreError::Other {
+                    url,
+                    detail: format!(
+                        "range {}..{} is beyond the end of the object ({} bytes)",
+                        r.start, r.end, result.meta.size
+                    ),
+                });
+            }
+        }
+        let expected = range
+            .map(|r| r.end - r.start)
+            .unwrap_or(result.range.end - result.range.start);
+        let bytes = result.bytes().await.map_err(|e| body_error(e, &url))?;
+        if bytes.len() as u64 != expected {
+            return Err(StoreError::ShortBody {
+                url,
+                expected,
+                got: bytes.len() as u64,
+            });
+        }
+        Ok(bytes)
+    }
+}
+
+impl Store for ObjectStoreBackend {
+    fn url_of(&self, key: &ObjectKey) -> String {
+        self.source.url_of(key)
+    }
+
+    fn head<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo> {
+        Box::pin(async move {
+            let loc = self.location(key)?;
+            let meta = self
+                .inner
+                .head(&loc)
+                .await
+                .map_err(|e| map_error(e, &self.url_of(key)))?;
+            Ok(ObjectInfo {
+                key: key.clone(),
+                size: meta.size,
+                e_tag: meta.e_tag,
+            })
+        })
+    }
+
+    fn get_range<'a>(&'a self, key: &'a ObjectKey, range: Range<u64>) -> StoreFuture<'a, Bytes> {
+        Box::pin(async move {
+            if range.start >= range.end {
+                return Ok(Bytes::new());
+            }
+            self.get_checked(key, Some(range)).await
+        })
+    }
+
+    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
+        Box::pin(self.get_checked(key, None))
+    }
+
+    fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
+        Box::pin(async move {
+            let (loc, url) = match prefix {
+                Some(p) => (self.location(p)?, self.url_of(p)),
+                None => (self.root.clone(), self.source.canonical().to_string()),
+            };
+            let metas: Vec<_> = self
+                .inner
+                .list(Some(&loc))
+                .try_collect()
+                .await
+                .map_err(|e| map_error(e, &url))?;
+            Ok(metas
+                .into_iter()
+                .filter_map(|m| {
+                    let key = self.relative_key(&m.location)?;
+                    Some(ObjectInfo {
+                        key,
+                        size: m.size,
+                        e_tag: m.e_tag,
+                    })
+                })
+                .collect())
+        })
+    }
+}
+
+/// Cuts server bodies (XML error documents) to something that fits on one line.
+fn short(s: &str) -> String {
+    let one_line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
+    if one_line.chars().count() > 300 {
+        let cut: String = one_line.chars().take(300).collect();
+        format!("{cut}…")
+    } else {
+        one_line
+    }
+}
+
+/// The transport error inside an `object_store` error chain, if any.
+fn http_error_kind(e: &(dyn std::error::Error + 'static)) -> Option<HttpErrorKind> {
+    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(err) = cur {
+        if let Some(h) = err.downcast_ref::<HttpError>() {
+            return Some(h.kind());
+        }
+        cur = err.source();
+    }
+    None
+}
+
+/// The HTTP status in an `object_store` message ("... status code: 503 Service Unavailable ...").
+/// `object_store` does not export its request error type, so the text is the only carrier.
+fn http_status(message: &str) -> Option<u16> {
+    let (_, after) = message.split_once("status code: ")?;
+    after.get(..3)?.parse().ok()
+}
+
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut parts = vec![e.to_string()];
+    let mut cur = e.source();
+    while let Some(s) = cur {
+        let text = s.to_string();
+        if !parts.iter().any(|p| p.contains(&text)) {
+            parts.push(text);
+        }
+        cur = s.source();
+    }
+    parts.join(": ")
+}
+
+/// Maps an error from a request (not its body) to a [`StoreError`] about `url`.
+pub(super) fn map_error(e: object_store::Error, url: &str) -> StoreError {
+    let url = url.to_string();
+    let message = error_chain(&e);
+    match &e {
+        object_store::Error::NotFound { .. } => {
+            let detail = if message.contains("NoSuchBucket") {
+                "bucket does not exist".to_string()
+            } else {
+                String::new()
+            };
+            return StoreError::NotFound { url, detail };
+        }
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => {
+            return StoreError::AccessDenied {
+                url,
+                detail: short(&server_reason(&message)),
+            };
+        }
+        _ => {}
+    }
+    if let Some(status) = http_status(&message) {
+        let detail = short(&message);
+        return match status {
+            429 => StoreError::Transient {
+                url,
+                kind: TransientKind::Throttled,
+                detail,
+            },
+            503 if message.contains("SlowDown") => StoreError::Transient {
+                url,
+                kind: TransientKind::Throttled,
+                detail,
+            },
+            408 => StoreError::Transient {
+                url,
+                kind: TransientKind::Timeout,
+                detail,
+            },
+            500..=599 => StoreError::Transient {
+                url,
+                kind: TransientKind::ServerError,
+                detail,
+            },
+            400 if [
+                "InvalidAccessKeyId",
+                "SignatureDoesNotMatch",
+                "AuthorizationHeaderMalformed",
+                "ExpiredToken",
+            ]
+            .iter()
+            .any(|c| message.contains(c)) =>
+            {
+                StoreError::AccessDenied {
+                    url,
+                    detail: short(&server_reason(&message)),
+                }
+            }
+            404 => StoreError::NotFound {
+                url,
+                detail: String::new(),
+            },
+            300..=399 => StoreError::Unreachable {
+                url,
+                detail: format!("redirected ({status}): wrong region or endpoint"),
+            },
+            _ => StoreError::Other { url, detail },
+        };
+    }
+    if message.contains("redirect without LOCATION") {
+        return StoreError::Unreachable {
+            url,
+            detail: "redirected: wrong region or endpoint".into(),
+        };
+    }
+    match http_error_kind(&e) {
+        Some(HttpErrorKind::Connect) => StoreError::Unreachable {
+            url,
+            detail: short(&message),
+        },
+        Some(HttpErrorKind::Timeout) => StoreError::Transient {
+            url,
+            kind: TransientKind::Timeout,
+            detail: short(&message),
+        },
+        Some(_) => StoreError::Transient {
+            url,
+            kind: TransientKind::Connection,
+            detail: short(&message),
+        },
+        None => StoreError::Other {
+            url,
+            detail: short(&message),
+        },
+    }
+}
+
+/// Maps an error while streaming a body: whatever broke the stream is worth a retry,
+/// except a local file that vanished.
+fn body_error(e: object_store::Error, url: &str) -> StoreError {
+    match map_error(e, url) {
+        StoreError::Other { url, detail } => StoreError::Transient {
+            url,
+            kind: TransientKind::Connection,
+            detail,
+        },
+        other => other,
+    }
+}
+
+/// The S3 error code and message out of an XML body, when there is one.
+fn server_reason(message: &str) -> String {
+    let tag = |name: &str| {
+        let open = format!("<{name}>");
+        let close = format!("</{name}>");
+        let start = message.find(&open)? + open.len();
+        let end = message[start..].find(&close)? + start;
+        Some(message[start..end].to_string())
+    };
+    match (tag("Code"), tag("Message")) {
+        (Some(c), Some(m)) => format!("{c}: {m}"),
+        (Some(c), None) => c,
+        _ => message.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn finds_status_and_reason() {
+        assert_eq!(
+            http_status("Server returned non-2xx status code: 503 Service Unavailable: x"),
+            Some(503)
+        );
+        assert_eq!(http_status("nothing"), None);
+        assert_eq!(http_status("status code: 5"), None);
+        let xml = "... <Error><Code>SignatureDoesNotMatch</Code><Message>bad sig</Message></Error>";
+        assert_eq!(server_reason(xml), "SignatureDoesNotMatch: bad sig");
+    }
+}

@@ -1,0 +1,157 @@
+//! `StoreError`: what went wrong with which object, in words a user can act on.
+
+use std::time::Duration;
+
+/// Why a transient failure happened; all of these are retried by [`super::ResilientStore`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TransientKind {
+    /// The server answered 5xx (other than throttling).
+    ServerError,
+    /// The server asked us to slow down (503 SlowDown, 429, 503 with a throttling body).
+    Throttled,
+    /// The request or its body did not complete within the per-request timeout.
+    Timeout,
+    /// The connection was reset or closed mid-request, or the body could not be read.
+    Connection,
+}
+
+impl std::fmt::Display for TransientKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            TransientKind::ServerError => "server error",
+            TransientKind::Throttled => "throttled",
+            TransientKind::Timeout => "timed out",
+            TransientKind::Connection => "connection failed",
+        })
+    }
+}
+
+/// An error from the `store` module. Every variant names the object (as a URL) it is about.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum StoreError {
+    /// The SOURCE string is not a URL or path we can serve from.
+    #[error("invalid source {source_url:?}: {reason}")]
+    InvalidSource {
+        /// The source as given.
+        source_url: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A key is not a plain relative path inside the dataset root.
+    #[error("invalid object key {key:?}: {reason}")]
+    InvalidKey {
+        /// The key as given.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The object (or its bucket) does not exist.
+    #[error("{url}: not found{}", detail_suffix(.detail))]
+    NotFound {
+        /// The object's URL.
+        url: String,
+        /// Extra words from the server, e.g. "bucket does not exist".
+        detail: String,
+    },
+    /// The credentials were refused or are missing.
+    #[error("{url}: access denied ({detail}); check the credentials (AWS_ACCESS_KEY_ID/AWS_PROFILE/...), --region, or --no-sign-request for public data")]
+    AccessDenied {
+        /// The object's URL.
+        url: String,
+        /// The server's reason.
+        detail: String,
+    },
+    /// The endpoint could not be reached, or redirected us elsewhere (wrong region/endpoint).
+    #[error("{url}: endpoint unreachable or wrong ({detail}); check --endpoint-url / AWS_ENDPOINT_URL and --region")]
+    Unreachable {
+        /// The object's URL.
+        url: String,
+        /// The transport's reason.
+        detail: String,
+    },
+    /// The body ended before the bytes the request asked for.
+    #[error("{url}: short body: expected {expected} bytes, got {got}")]
+    ShortBody {
+        /// The object's URL.
+        url: String,
+        /// Bytes asked for.
+        expected: u64,
+        /// Bytes received.
+        got: u64,
+    },
+    /// A failure worth retrying (5xx, throttling, timeout, reset).
+    #[error("{url}: {kind}: {detail}")]
+    Transient {
+        /// The object's URL.
+        url: String,
+        /// The class of failure.
+        kind: TransientKind,
+        /// The transport's or server's words.
+        detail: String,
+    },
+    /// Every retry failed; `last` is the final attempt's error.
+    #[error("gave up after {attempts} attempts in {elapsed:?}: {last}")]
+    RetriesExhausted {
+        /// How many attempts were made.
+        attempts: u32,
+        /// Time spent on all attempts.
+        elapsed: Duration,
+        /// The last attempt's error.
+        last: Box<StoreError>,
+    },
+    /// The store could not be configured (bad option, unreadable credential file, ...).
+    #[error("store configuration for {source_url}: {reason}")]
+    Config {
+        /// The source being configured.
+        source_url: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Any other failure, permanent.
+    #[error("{url}: {detail}")]
+    Other {
+        /// The object's URL.
+        url: String,
+        /// What went wrong.
+        detail: String,
+    },
+}
+
+fn detail_suffix(detail: &str) -> String {
+    if detail.is_empty() {
+        String::new()
+    } else {
+        format!(" ({detail})")
+    }
+}
+
+impl StoreError {
+    /// True when another attempt might succeed: transient failures, short bodies and
+    /// connection failures (a server restarting looks like an unreachable endpoint).
+    pub fn is_retryable(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Transient { .. }
+                | StoreError::ShortBody { .. }
+                | StoreError::Unreachable { .. }
+        )
+    }
+
+    /// True when the object or bucket does not exist (after unwrapping exhausted retries).
+    pub fn is_not_found(&self) -> bool {
+        match self {
+            StoreError::NotFound { .. } => true,
+            StoreError::RetriesExhausted { last, .. } => last.is_not_found(),
+            _ => false,
+        }
+    }
+
+    /// The final cause, looking through [`StoreError::RetriesExhausted`].
+    pub fn root_cause(&self) -> &StoreError {
+        match self {
+            StoreError::RetriesExhausted { last, .. } => last.root_cause(),
+            other => other,
+        }
+    }
+}

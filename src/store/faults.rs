@@ -1,0 +1,189 @@
+//! `FaultyStore`: injects the failures real object stores produce, for tests and benches.
+//!
+//! Rules are matched per request in insertion order; each has an optional key filter and an
+//! optional number of times it fires. `Latency` rules delay the request and let it go on;
+//! the first other matching rule decides the request's fate. Transient faults come back as
+//! the same [`StoreError`] variants the real backend produces, and `Truncate`/`Corrupt`
+//! return damaged bytes *without* an error, as a broken proxy or disk would: callers must
+//! catch those by length and hash.
+
+use super::{ObjectInfo, ObjectKey, Store, StoreError, StoreFuture, TransientKind};
+use bytes::Bytes;
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+/// One kind of injected failure.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// 503 SlowDown (throttling).
+    SlowDown,
+    /// 500 InternalError.
+    ServerError,
+    /// The connection was reset mid-request.
+    ConnectionReset,
+    /// The body is cut to half its length, without an error.
+    Truncate,
+    /// One byte in the middle of the body is flipped, without an error.
+    Corrupt,
+    /// The request is delayed, then proceeds.
+    Latency(Duration),
+}
+
+#[derive(Debug)]
+struct Rule {
+    fault: Fault,
+    key: Option<String>,
+    remaining: Option<u64>,
+}
+
+/// A store that forwards to `inner` but injects [`Fault`]s by rule.
+#[derive(Debug)]
+pub struct FaultyStore {
+    inner: Arc<dyn Store>,
+    rules: Mutex<Vec<Rule>>,
+    fired: AtomicU64,
+}
+
+enum Outcome {
+    Fail(StoreError),
+    Damage(Fault),
+    Pass,
+}
+
+impl FaultyStore {
+    /// Wraps `inner` with no rules.
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        FaultyStore {
+            inner,
+            rules: Mutex::new(Vec::new()),
+            fired: AtomicU64::new(0),
+        }
+    }
+
+    /// Adds a rule: `fault` on requests for `key` (any key when `None`), `times` times
+    /// (forever when `None`).
+    pub fn inject(&self, fault: Fault, key: Option<&str>, times: Option<u64>) {
+        self.rules
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Rule {
+                fault,
+                key: key.map(str::to_string),
+                remaining: times,
+            });
+    }
+
+    /// Removes every rule.
+    pub fn clear(&self) {
+        self.rules.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// How many faults (latency included) have fired so far.
+    pub fn fired(&self) -> u64 {
+        self.fired.load(Ordering::Relaxed)
+    }
+
+    /// Consumes the matching rules for one request: total latency and the outcome.
+    fn decide(&self, key: &ObjectKey) -> (Duration, Outcome) {
+        let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
+        let mut delay = Duration::ZERO;
+        let mut outcome = Outcome::Pass;
+        for rule in rules.iter_mut() {
+            if rule.remaining == Some(0) || rule.key.as_deref().is_some_and(|k| k != key.as_str()) {
+                continue;
+            }
+            let is_latency = matches!(rule.fault, Fault::Latency(_));
+            if !is_latency && !matches!(outcome, Outcome::Pass) {
+                continue;
+            }
+            if let Some(n) = rule.remaining.as_mut() {
+                *n -= 1;
+            }
+            self.fired.fetch_add(1, Ordering::Relaxed);
+            let url = self.inner.url_of(key);
+            outcome = match &rule.fault {
+                Fault::Latency(d) => {
+                    delay += *d;
+                    outcome
+                }
+                Fault::SlowDown => Outcome::Fail(StoreError::Transient {
+                    url,
+                    kind: TransientKind::Throttled,
+                    detail: "injected 503 SlowDown".into(),
+                }),
+                Fault::ServerError => Outcome::Fail(StoreError::Transient {
+                    url,
+                    kind: TransientKind::ServerError,
+                    detail: "injected 500 InternalError".into(),
+                }),
+                Fault::ConnectionReset => Outcome::Fail(StoreError::Transient {
+                    url,
+                    kind: TransientKind::Connection,
+                    detail: "injected connection reset by peer".into(),
+                }),
+                f @ (Fault::Truncate | Fault::Corrupt) => Outcome::Damage(f.clone()),
+            };
+        }
+        (delay, outcome)
+    }
+
+    async fn with_faults<'a, F>(
+        &'a self,
+        key: &'a ObjectKey,
+        fetch: impl FnOnce() -> F,
+    ) -> Result<Bytes, StoreError>
+    where
+        F: std::future::Future<Output = Result<Bytes, StoreError>> + 'a,
+    {
+        let (delay, outcome) = self.decide(key);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        match outcome {
+            Outcome::Fail(e) => Err(e),
+            Outcome::Pass => fetch().await,
+            Outcome::Damage(Fault::Truncate) => fetch().await.map(|b| b.slice(..b.len() / 2)),
+            Outcome::Damage(_) => fetch().await.map(|b| {
+                let mut v = b.to_vec();
+                let mid = v.len() / 2;
+                if let Some(byte) = v.get_mut(mid) {
+                    *byte ^= 0x5a;
+                }
+                Bytes::from(v)
+            }),
+        }
+    }
+}
+
+impl Store for FaultyStore {
+    fn url_of(&self, key: &ObjectKey) -> String {
+        self.inner.url_of(key)
+    }
+
+    fn head<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo> {
+        Box::pin(async move {
+            let (delay, outcome) = self.decide(key);
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            match outcome {
+                Outcome::Fail(e) => Err(e),
+                _ => self.inner.head(key).await,
+            }
+        })
+    }
+
+    fn get_range<'a>(&'a self, key: &'a ObjectKey, range: Range<u64>) -> StoreFuture<'a, Bytes> {
+        Box::pin(self.with_faults(key, move || self.inner.get_range(key, range)))
+    }
+
+    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
+        Box::pin(self.with_faults(key, move || self.inner.get(key)))
+    }
+
+    fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
+        self.inner.list(prefix)
+    }
+}

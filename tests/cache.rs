@@ -1,0 +1,505 @@
+//! `cache`: every fixture sample read through the cache from S3 (moto) and local sources,
+//! compared with expected.jsonl; atomic fills, restarts, budget, pins, single flight,
+//! verification and the two I/O back ends.
+
+use crate::common::moto::{moto, s3_options};
+use crate::common::{fixtures, mds_datasets};
+use base64::Engine;
+use shardfs::cache::{
+    CacheError, CacheOptions, Candidate, Dataset, EvictionContext, EvictionPolicy, IoMode,
+    ShardCache,
+};
+use shardfs::mds;
+use shardfs::store::{
+    self, BlockingStore, CountingStore, Fault, FaultyStore, ResilientStore, StoreOptions,
+};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Each sample's columns as raw bytes, from expected.jsonl, in the index's column order.
+fn expected_samples(ds: &Path, columns: &[mds::Column]) -> Vec<Vec<Vec<u8>>> {
+    let text = std::fs::read_to_string(ds.join("expected.jsonl")).unwrap();
+    text.lines()
+        .map(|line| {
+            let v: serde_json::Value = serde_json::from_str(line).unwrap();
+            columns
+                .iter()
+                .map(|c| {
+                    let raw = v[&c.name]["raw"]
+                        .as_str()
+                        .unwrap_or_else(|| panic!("no raw for {}", c.name));
+                    base64::engine::general_purpose::STANDARD
+                        .decode(raw)
+                        .unwrap()
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Reads every sample of the dataset through the cache and compares each column's bytes.
+fn check_every_sample(cache: &Arc<ShardCache>, ds: &Path) {
+    let index = cache.dataset().index().clone();
+    let columns = index.columns().to_vec();
+    let expected = expected_samples(ds, &columns);
+    assert_eq!(
+        expected.len() as u64,
+        index.num_samples(),
+        "{}",
+        ds.display()
+    );
+    for (g, want) in expected.iter().enumerate() {
+        let (shard, i) = index.locate(g as u64).unwrap();
+        let sample = cache.sample(shard, i).unwrap();
+        let cols = &index.shards()[shard].columns;
+        let ranges = mds::split_sample(cols, &sample).unwrap();
+        let got: Vec<Vec<u8>> = ranges.into_iter().map(|r| sample[r].to_vec()).collect();
+        assert_eq!(
+            &got,
+            want,
+            "{} sample {g} (shard {shard}, index {i})",
+            ds.display()
+        );
+    }
+}
+
+fn opts(dir: &Path) -> CacheOptions {
+    CacheOptions {
+        cache_dir: dir.to_path_buf(),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn every_fixture_sample_reads_back_through_s3_and_the_cache() {
+    let Some(moto) = moto() else { return };
+    let tmp = tempfile::tempdir().unwrap();
+    for ds in mds_datasets() {
+        let name = ds.file_name().unwrap().to_str().unwrap();
+        moto.upload_dir("cache-fixtures", name, &ds);
+        let dataset = Arc::new(
+            Dataset::load(
+                &format!("s3://cache-fixtures/{name}"),
+                &s3_options(&moto.endpoint),
+            )
+            .unwrap(),
+        );
+        let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+        check_every_sample(&cache, &ds);
+        let st = cache.stats();
+        let with_samples = cache
+            .dataset()
+            .index()
+            .shards()
+            .iter()
+            .filter(|s| s.samples > 0)
+            .count();
+        assert_eq!(st.shards_fetched as usize, with_samples, "{name}");
+        assert_eq!(st.resident_shards, st.shards_fetched);
+    }
+}
+
+#[test]
+fn every_fixture_sample_reads_back_from_local_sources_with_both_io_backends() {
+    for (n, io) in [IoMode::Pread, IoMode::Auto].into_iter().enumerate() {
+        let tmp = tempfile::tempdir().unwrap();
+        for ds in mds_datasets() {
+            let src = if n == 0 {
+                ds.to_str().unwrap().to_string()
+            } else {
+                url::Url::from_file_path(&ds).unwrap().to_string()
+            };
+            let dataset = Arc::new(Dataset::load(&src, &StoreOptions::default()).unwrap());
+            let cache = ShardCache::open(
+                dataset,
+                CacheOptions {
+                    io,
+                    memory_limit: 0,
+                    ..opts(tmp.path())
+                },
+            )
+            .unwrap();
+            if io == IoMode::Pread {
+                assert_eq!(cache.stats().io_backend, "pread");
+            } else if std::env::var("CI").as_deref() == Ok("true")
+                || cache.stats().io_backend == "io_uring"
+            {
+                assert_eq!(
+                    cache.stats().io_backend,
+                    "io_uring",
+                    "io_uring expected on this kernel"
+                );
+            }
+            check_every_sample(&cache, &ds);
+        }
+    }
+}
+
+/// A dataset on a local fixture folder behind counting + fault injection + retries.
+pub fn instrumented(
+    ds: &Path,
+    store_opts: &StoreOptions,
+) -> (Arc<FaultyStore>, Arc<CountingStore>, Arc<Dataset>) {
+    let source = store::Source::parse(ds.to_str().unwrap()).unwrap();
+    let backend = store::ObjectStoreBackend::open(&source, store_opts).unwrap();
+    let counting = Arc::new(CountingStore::new(Arc::new(backend)));
+    let faulty = Arc::new(FaultyStore::new(counting.clone()));
+    let resilient = Arc::new(ResilientStore::new(faulty.clone(), store_opts));
+    let bs = BlockingStore::new(resilient, 2).unwrap();
+    let dataset = Arc::new(Dataset::from_store(bs, source.canonical()).unwrap());
+    (faulty, counting, dataset)
+}
+
+fn quick_store() -> StoreOptions {
+    StoreOptions {
+        max_retries: 3,
+        initial_backoff: Duration::from_millis(5),
+        max_backoff: Duration::from_millis(20),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn a_reopened_cache_reuses_complete_shards_and_drops_partial_files() {
+    let ds = fixtures().join("mds/merged");
+    let tmp = tempfile::tempdir().unwrap();
+    let (_f, counting, dataset) = instrumented(&ds, &quick_store());
+    let n = dataset.index().shards().len();
+    {
+        let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+        for s in 0..n {
+            cache.get(s).unwrap();
+        }
+        assert_eq!(
+            counting.total().gets,
+            1 + n as u64,
+            "index + each shard once"
+        );
+        // Plant the debris of a crash: a half-written temp file and a truncated shard.
+        let victim = cache.shard_path(1).unwrap();
+        let full = std::fs::read(&victim).unwrap();
+        std::fs::write(&victim, &full[..full.len() / 2]).unwrap();
+        std::fs::write(cache.dir().join("tmp/shard3.999.0.part"), b"partial").unwrap();
+        std::fs::write(cache.dir().join("shards/not-a-shard.mds"), b"junk").unwrap();
+    }
+    let (_f, counting, dataset) = instrumented(&ds, &quick_store());
+    let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+    assert!(!cache.is_resident(1), "the truncated shard is not adopted");
+    assert_eq!(cache.stats().resident_shards as usize, n - 1);
+    assert!(!cache.dir().join("shards/not-a-shard.mds").exists());
+    assert_eq!(
+        std::fs::read_dir(cache.dir().join("tmp")).unwrap().count(),
+        0
+    );
+    check_every_sample(&cache, &ds);
+    assert_eq!(
+        counting.for_key("0/shard.00001.mds").gets,
+        1,
+        "only the damaged shard is refetched"
+    );
+    assert_eq!(counting.total().gets, 2, "index.json + that shard");
+}
+
+#[test]
+fn datasets_get_separate_folders_by_source_and_index_digest() {
+    let tmp = tempfile::tempdir().unwrap();
+    let a = Arc::new(
+        Dataset::load(
+            fixtures().join("mds/basic").to_str().unwrap(),
+            &StoreOptions::default(),
+        )
+        .unwrap(),
+    );
+    let b = Arc::new(
+        Dataset::load(
+            fixtures().join("mds/edge").to_str().unwrap(),
+            &StoreOptions::default(),
+        )
+        .unwrap(),
+    );
+    let a_id = a.id().clone();
+    let ca = ShardCache::open(a, opts(tmp.path())).unwrap();
+    let cb = ShardCache::open(b, opts(tmp.path())).unwrap();
+    assert_ne!(ca.dir(), cb.dir());
+    assert!(ca.dir().starts_with(tmp.path().join("v1")));
+    let meta: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(ca.dir().join("dataset.json")).unwrap()).unwrap();
+    assert_eq!(meta["source"], a_id.source);
+    assert_eq!(meta["index_sha256"], a_id.index_sha256);
+    // The same folder cannot be used by two caches at once.
+    let again = Arc::new(
+        Dataset::load(
+            fixtures().join("mds/basic").to_str().unwrap(),
+            &StoreOptions::default(),
+        )
+        .unwrap(),
+    );
+    let e = ShardCache::open(again, opts(tmp.path())).unwrap_err();
+    assert!(e.to_string().contains("in use"), "{e}");
+}
+
+#[test]
+fn the_budget_holds_pinned_shards_are_never_evicted_and_lru_chooses() {
+    let ds = fixtures().join("mds/basic");
+    let tmp = tempfile::tempdir().unwrap();
+    let (_f, counting, dataset) = instrumented(&ds, &quick_store());
+    let sizes: Vec<u64> = dataset
+        .index()
+        .shards()
+        .iter()
+        .map(|s| s.raw.bytes)
+        .collect();
+    let max = *sizes.iter().max().unwrap();
+    let limit = max * 3;
+    let cache = ShardCache::open(
+        dataset,
+        CacheOptions {
+            cache_limit: Some(limit),
+            ..opts(tmp.path())
+        },
+    )
+    .unwrap();
+    let pinned = cache.get(0).unwrap();
+    for s in 1..sizes.len() {
+        drop(cache.get(s).unwrap());
+        let st = cache.stats();
+        assert!(
+            st.usage_bytes <= limit,
+            "usage {} > limit {limit}",
+            st.usage_bytes
+        );
+        assert!(
+            cache.is_resident(0),
+            "pinned shard 0 was evicted at step {s}"
+        );
+    }
+    assert!(cache.stats().evictions >= (sizes.len() - 3) as u64);
+    // LRU: after touching 9, filling 1 again evicts 8 (the older of the unpinned residents).
+    assert!(cache.is_resident(9) && cache.is_resident(10));
+    drop(cache.get(9).unwrap());
+    counting.reset();
+    drop(cache.get(1).unwrap());
+    assert_eq!(counting.for_key("shard.00001.mds").gets, 1);
+    assert!(cache.is_resident(9) && !cache.is_resident(10));
+    // Reading through the pinned handle still works after all that churn.
+    let h = pinned.header().unwrap();
+    assert_eq!(
+        pinned.sample(0).unwrap().len() as u64,
+        h.sample_range(0).unwrap().end - h.sample_range(0).unwrap().start
+    );
+    drop(pinned);
+    assert_eq!(cache.stats().pinned_shards, 0);
+}
+
+#[test]
+fn a_budget_below_the_largest_shard_or_fully_pinned_is_a_clear_error() {
+    let ds = fixtures().join("mds/basic");
+    let tmp = tempfile::tempdir().unwrap();
+    let dataset = Arc::new(Dataset::load(ds.to_str().unwrap(), &StoreOptions::default()).unwrap());
+    let max = dataset
+        .index()
+        .shards()
+        .iter()
+        .map(|s| s.raw.bytes)
+        .max()
+        .unwrap();
+    let e = ShardCache::open(
+        dataset.clone(),
+        CacheOptions {
+            cache_limit: Some(max - 1),
+            ..opts(tmp.path())
+        },
+    )
+    .unwrap_err();
+    assert!(matches!(e, CacheError::BudgetTooSmall { .. }), "{e:?}");
+    assert!(e.to_string().contains(&format!("at least {max}")), "{e}");
+
+    let cache = ShardCache::open(
+        dataset,
+        CacheOptions {
+            cache_limit: Some(max + 10),
+            ..opts(tmp.path())
+        },
+    )
+    .unwrap();
+    let _pin = cache.get(0).unwrap();
+    let e = cache.get(1).unwrap_err();
+    assert!(matches!(e, CacheError::Full { .. }), "{e:?}");
+    assert!(e.to_string().contains("pinned by open readers"), "{e}");
+}
+
+#[test]
+fn concurrent_gets_of_one_shard_download_it_once() {
+    let ds = fixtures().join("mds/encodings");
+    let tmp = tempfile::tempdir().unwrap();
+    let (faulty, counting, dataset) = instrumented(&ds, &quick_store());
+    faulty.inject(
+        Fault::Latency(Duration::from_millis(300)),
+        Some("shard.00002.mds"),
+        Some(1),
+    );
+    let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+    let threads: Vec<_> = (0..8)
+        .map(|_| {
+            let c = cache.clone();
+            std::thread::spawn(move || c.get(2).unwrap().read_at(0, 100).unwrap())
+        })
+        .collect();
+    let first: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    assert!(first.windows(2).all(|w| w[0] == w[1]));
+    assert_eq!(counting.for_key("shard.00002.mds").gets, 1);
+    let st = cache.stats();
+    assert_eq!(st.shards_fetched, 1);
+    assert_eq!(st.disk_misses, 8);
+    // Prefetch is single-flighted with gets too.
+    cache.prefetch(3);
+    let h = cache.get(3).unwrap();
+    assert!(!h.is_empty());
+    assert_eq!(counting.for_key("shard.00003.mds").gets, 1);
+}
+
+#[test]
+fn corrupt_or_short_downloads_never_enter_the_cache() {
+    let ds = fixtures().join("mds/compressed-zstd");
+    let tmp = tempfile::tempdir().unwrap();
+    let (faulty, counting, dataset) = instrumented(&ds, &quick_store());
+    let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+    // One corrupted and one truncated download: both rejected, the third is good.
+    faulty.inject(Fault::Corrupt, Some("shard.00000.mds.zstd"), Some(1));
+    faulty.inject(Fault::Truncate, Some("shard.00000.mds.zstd"), Some(1));
+    check_every_sample(&cache, &ds);
+    assert_eq!(counting.for_key("shard.00000.mds.zstd").gets, 3);
+    assert_eq!(cache.stats().verify_failures, 2);
+    // Persistent corruption: a typed error naming the shard; nothing on disk.
+    faulty.inject(Fault::Corrupt, Some("shard.00001.mds.zstd"), None);
+    assert!(cache.evict(1));
+    let e = cache.get(1).unwrap_err();
+    assert!(matches!(e, CacheError::Corrupt { shard: 1, .. }), "{e:?}");
+    assert!(e.to_string().contains("shard.00001.mds.zstd"), "{e}");
+    assert!(!cache.shard_path(1).unwrap().exists());
+    assert_eq!(
+        std::fs::read_dir(cache.dir().join("tmp")).unwrap().count(),
+        0
+    );
+    // Persistent store failure: the store's typed error, surfaced to every waiter.
+    faulty.clear();
+    faulty.inject(Fault::SlowDown, Some("shard.00002.mds.zstd"), None);
+    assert!(cache.evict(2));
+    let e = cache.get(2).unwrap_err();
+    assert!(matches!(e, CacheError::Store(_)), "{e:?}");
+    assert!(
+        e.to_string().contains("throttled") && e.to_string().contains("shard.00002.mds.zstd"),
+        "{e}"
+    );
+    assert!(cache.stats().fill_failures >= 2);
+}
+
+#[test]
+fn headers_of_uncompressed_remote_shards_cost_one_ranged_get() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (_f, counting, dataset) = instrumented(&fixtures().join("mds/basic"), &quick_store());
+    let cache = ShardCache::open(dataset.clone(), opts(tmp.path())).unwrap();
+    let h = cache.header(4).unwrap();
+    assert_eq!(h.num_samples(), dataset.index().shards()[4].samples);
+    let c = counting.for_key("shard.00004.mds");
+    assert_eq!((c.range_gets, c.gets), (1, 0));
+    assert_eq!(c.bytes, mds::header_len(h.num_samples()));
+    // Cached in memory: no more requests.
+    cache.header(4).unwrap();
+    assert_eq!(counting.for_key("shard.00004.mds").requests(), 1);
+    // A sample without filling: one more ranged GET of exactly its bytes.
+    let s = cache.sample_direct(4, 3).unwrap();
+    let r = h.sample_range(3).unwrap();
+    assert_eq!(s.len() as u64, r.end - r.start);
+    let c = counting.for_key("shard.00004.mds");
+    assert_eq!((c.range_gets, c.gets), (2, 0));
+    assert!(!cache.is_resident(4));
+    // Compressed shards are fetched whole.
+    let (_f, counting, dataset) =
+        instrumented(&fixtures().join("mds/compressed-gz"), &quick_store());
+    let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+    cache.header(2).unwrap();
+    let c = counting.for_key("shard.00002.mds.gz");
+    assert_eq!((c.range_gets, c.gets), (0, 1));
+    assert!(cache.is_resident(2));
+}
+
+#[test]
+fn the_memory_tier_serves_repeated_samples() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dataset = Arc::new(
+        Dataset::load(
+            fixtures().join("mds/basic").to_str().unwrap(),
+            &StoreOptions::default(),
+        )
+        .unwrap(),
+    );
+    let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+    let a = cache.sample(2, 5).unwrap();
+    let hits = cache.stats().memory_hits;
+    // Evict the disk copy: the memory tier still answers.
+    assert!(cache.evict(2));
+    let b = cache.sample(2, 5).unwrap();
+    assert_eq!(a, b);
+    assert_eq!(cache.stats().memory_hits, hits + 1);
+    assert!(!cache.is_resident(2));
+}
+
+/// A policy that evicts the highest shard number: shows custom policies are consulted
+/// with only unpinned candidates.
+#[derive(Debug, Default)]
+struct HighestFirst(std::sync::Mutex<Vec<(Vec<usize>, Vec<usize>)>>);
+
+impl EvictionPolicy for HighestFirst {
+    fn choose_victim(&self, ctx: &EvictionContext<'_>) -> Option<usize> {
+        let mut c: Vec<usize> = ctx.candidates.iter().map(|c: &Candidate| c.shard).collect();
+        c.sort();
+        self.0
+            .lock()
+            .unwrap()
+            .push((c.clone(), ctx.pinned.to_vec()));
+        c.last().copied()
+    }
+}
+
+#[test]
+fn custom_eviction_policies_choose_among_unpinned_shards() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dataset = Arc::new(
+        Dataset::load(
+            fixtures().join("mds/basic").to_str().unwrap(),
+            &StoreOptions::default(),
+        )
+        .unwrap(),
+    );
+    let max = dataset
+        .index()
+        .shards()
+        .iter()
+        .map(|s| s.raw.bytes)
+        .max()
+        .unwrap();
+    let policy = Arc::new(HighestFirst::default());
+    let cache = ShardCache::open_with_policy(
+        dataset,
+        CacheOptions {
+            cache_limit: Some(max * 3),
+            ..opts(tmp.path())
+        },
+        policy.clone(),
+    )
+    .unwrap();
+    let _pin = cache.get(5).unwrap();
+    drop(cache.get(1).unwrap());
+    drop(cache.get(2).unwrap());
+    drop(cache.get(3).unwrap());
+    let calls = policy.0.lock().unwrap().clone();
+    assert_eq!(calls[0], (vec![1, 2], vec![5]));
+    assert!(
+        cache.is_resident(1)
+            && !cache.is_resident(2)
+            && cache.is_resident(3)
+            && cache.is_resident(5)
+    );
+}

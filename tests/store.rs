@@ -1,0 +1,626 @@
+//! `store`: one conformance suite run against a local folder, `file://` and a real S3 server
+//! (moto on loopback), plus error messages and fault handling.
+
+use crate::common::moto::{moto, s3_options};
+use crate::common::{files_under, fixtures, mds_datasets};
+use shardfs::store::{
+    self, BlockingStore, CountingStore, Fault, FaultyStore, ObjectKey, ResilientStore, Store,
+    StoreError, StoreOptions,
+};
+use std::path::Path;
+use std::sync::Arc;
+
+fn key(s: &str) -> ObjectKey {
+    ObjectKey::new(s).unwrap()
+}
+
+/// Everything a store must do for a dataset root whose objects are the files under `dir`.
+fn conformance(store: &BlockingStore, dir: &Path) {
+    let files = files_under(dir);
+    assert!(!files.is_empty());
+    for rel in &files {
+        let k = key(rel);
+        let want = std::fs::read(dir.join(rel)).unwrap();
+        assert_eq!(
+            store.head(&k).unwrap().size,
+            want.len() as u64,
+            "head {rel}"
+        );
+        let got = store.get(&k).unwrap();
+        assert_eq!(&got[..], &want[..], "get {rel}");
+        // Ranged reads: the MDS header pattern (4 bytes, then the offsets), a middle slice, the tail.
+        let n = want.len() as u64;
+        for r in [
+            0..4.min(n),
+            4.min(n)..(4 + 4 * 3).min(n),
+            n / 3..(n / 2).max(n / 3),
+            n.saturating_sub(7)..n,
+        ] {
+            let got = store.get_range(&k, r.clone()).unwrap();
+            assert_eq!(
+                &got[..],
+                &want[r.start as usize..r.end as usize],
+                "range {r:?} of {rel}"
+            );
+        }
+        let e = store.get_range(&k, 0..n + 10).unwrap_err();
+        assert!(e.to_string().contains(rel.as_ref() as &str), "{e}");
+    }
+    let mut listed: Vec<(String, u64)> = store
+        .list(None)
+        .unwrap()
+        .into_iter()
+        .map(|o| (o.key.to_string(), o.size))
+        .collect();
+    listed.sort();
+    let want: Vec<(String, u64)> = files
+        .iter()
+        .map(|f| (f.clone(), std::fs::metadata(dir.join(f)).unwrap().len()))
+        .collect();
+    assert_eq!(listed, want);
+
+    let missing = store.get(&key("no/such/shard.mds")).unwrap_err();
+    assert!(missing.is_not_found(), "{missing:?}");
+    let text = missing.to_string();
+    assert!(
+        text.contains("no/such/shard.mds") && text.contains("not found"),
+        "{text}"
+    );
+    assert!(store.head(&key("nope.json")).unwrap_err().is_not_found());
+}
+
+fn blocking(store: Arc<dyn Store>) -> BlockingStore {
+    BlockingStore::new(store, 2).unwrap()
+}
+
+#[test]
+fn local_paths_and_file_urls_pass_the_conformance_suite() {
+    for ds in mds_datasets() {
+        conformance(
+            &blocking(store::open(ds.to_str().unwrap(), &StoreOptions::default()).unwrap()),
+            &ds,
+        );
+    }
+    let ds = fixtures().join("mds/merged");
+    let url = url::Url::from_file_path(&ds).unwrap();
+    conformance(
+        &blocking(store::open(url.as_str(), &StoreOptions::default()).unwrap()),
+        &ds,
+    );
+}
+
+#[test]
+fn moto_s3_passes_the_conformance_suite_for_every_fixture() {
+    let Some(moto) = moto() else { return };
+    for ds in mds_datasets() {
+        let name = ds.file_name().unwrap().to_str().unwrap();
+        moto.upload_dir("conformance", &format!("datasets/{name}"), &ds);
+        let src = format!("s3://conformance/datasets/{name}/");
+        let store = store::open(&src, &s3_options(&moto.endpoint)).unwrap();
+        conformance(&blocking(store), &ds);
+    }
+}
+
+#[test]
+fn missing_bucket_and_key_and_wrong_endpoint_say_what_and_where() {
+    let Some(moto) = moto() else { return };
+    moto.put("errors-bucket", "ds/index.json", b"{}");
+    let opts = s3_options(&moto.endpoint);
+
+    let s = blocking(store::open("s3://no-such-bucket-here/ds", &opts).unwrap());
+    let e = s.get(&key("index.json")).unwrap_err();
+    let text = e.to_string();
+    assert!(e.is_not_found(), "{e:?}");
+    assert!(
+        text.contains("s3://no-such-bucket-here/ds/index.json"),
+        "{text}"
+    );
+    assert!(text.contains("bucket does not exist"), "{text}");
+
+    let s = blocking(store::open("s3://errors-bucket/ds", &opts).unwrap());
+    assert_eq!(&s.get(&key("index.json")).unwrap()[..], b"{}");
+    let e = s.get(&key("missing.json")).unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "s3://errors-bucket/ds/missing.json: not found"
+    );
+
+    // Nothing listens on a fresh port: connection refused, retried, then "unreachable".
+    let dead = format!("http://127.0.0.1:{}", crate::common::moto::free_port());
+    let s = blocking(store::open("s3://errors-bucket/ds", &s3_options(&dead)).unwrap());
+    let e = s.get(&key("index.json")).unwrap_err();
+    let text = e.to_string();
+    assert!(
+        matches!(e, StoreError::RetriesExhausted { attempts: 4, .. }),
+        "{e:?}"
+    );
+    assert!(
+        matches!(e.root_cause(), StoreError::Unreachable { .. }),
+        "{e:?}"
+    );
+    assert!(
+        text.contains("endpoint unreachable") && text.contains("--endpoint-url"),
+        "{text}"
+    );
+    assert!(text.contains("s3://errors-bucket/ds/index.json"), "{text}");
+}
+
+#[test]
+fn keys_cannot_escape_the_dataset_root() {
+    for bad in ["../secret", "/etc/passwd", "a/../../b", "a//b"] {
+        assert!(
+            matches!(ObjectKey::new(bad), Err(StoreError::InvalidKey { .. })),
+            "{bad}"
+        );
+    }
+    // A sibling file next to the dataset root stays unreachable through the store.
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::create_dir(tmp.path().join("ds")).unwrap();
+    std::fs::write(tmp.path().join("secret"), b"x").unwrap();
+    std::fs::write(tmp.path().join("ds/index.json"), b"{}").unwrap();
+    let s = blocking(
+        store::open(
+            tmp.path().join("ds").to_str().unwrap(),
+            &StoreOptions::default(),
+        )
+        .unwrap(),
+    );
+    let listed: Vec<String> = s
+        .list(None)
+        .unwrap()
+        .into_iter()
+        .map(|o| o.key.to_string())
+        .collect();
+    assert_eq!(listed, vec!["index.json".to_string()]);
+}
+
+#[test]
+fn bad_sources_are_rejected_with_the_reason() {
+    let e = store::open("ftp://x/y", &StoreOptions::default()).unwrap_err();
+    assert!(e.to_string().contains("unsupported scheme"), "{e}");
+    let e = store::open("/definitely/not/here", &StoreOptions::default()).unwrap_err();
+    assert!(
+        e.to_string().contains("/definitely/not/here")
+            && e.to_string().contains("no such directory"),
+        "{e}"
+    );
+    let opts = StoreOptions {
+        endpoint_url: Some("not a url".into()),
+        ..Default::default()
+    };
+    let e = store::open("s3://b/p", &opts).unwrap_err();
+    assert!(e.to_string().contains("endpoint URL"), "{e}");
+}
+
+/// A fixture dataset behind counting + fault injection + the retry layer, as `open` builds it.
+fn faulty_stack(opts: &StoreOptions) -> (Arc<FaultyStore>, Arc<CountingStore>, BlockingStore) {
+    let ds = fixtures().join("mds/basic");
+    let backend =
+        store::ObjectStoreBackend::open(&store::Source::parse(ds.to_str().unwrap()).unwrap(), opts)
+            .unwrap();
+    let counting = Arc::new(CountingStore::new(Arc::new(backend)));
+    let faulty = Arc::new(FaultyStore::new(counting.clone()));
+    let resilient = Arc::new(ResilientStore::new(faulty.clone(), opts));
+    (faulty, counting, blocking(resilient))
+}
+
+fn fast_retries(max_retries: u32) -> StoreOptions {
+    StoreOptions {
+        max_retries,
+        initial_backoff: std::time::Duration::from_millis(5),
+        max_backoff: std::time::Duration::from_millis(50),
+        ..Default::default()
+    }
+}
+
+#[test]
+fn transient_faults_are_retried_and_persistent_ones_are_typed() {
+    let (faulty, counting, s) = faulty_stack(&fast_retries(4));
+    let k = key("shard.00000.mds");
+    let want = std::fs::read(fixtures().join("mds/basic/shard.00000.mds")).unwrap();
+    faulty.inject(Fault::SlowDown, Some("shard.00000.mds"), Some(2));
+    faulty.inject(Fault::ConnectionReset, Some("shard.00000.mds"), Some(1));
+    faulty.inject(Fault::ServerError, Some("shard.00000.mds"), Some(1));
+    assert_eq!(&s.get(&k).unwrap()[..], &want[..]);
+    assert_eq!(faulty.fired(), 4);
+    assert_eq!(
+        counting.for_key("shard.00000.mds").gets,
+        1,
+        "faults fire before the inner store"
+    );
+
+    // A truncated ranged body is a short body: retried, and the right bytes come back.
+    faulty.inject(Fault::Truncate, Some("shard.00000.mds"), Some(1));
+    assert_eq!(&s.get_range(&k, 100..300).unwrap()[..], &want[100..300]);
+
+    // Persistent throttling exhausts the retries with a typed error naming the object.
+    faulty.inject(Fault::SlowDown, None, None);
+    let e = s.get(&k).unwrap_err();
+    match &e {
+        StoreError::RetriesExhausted { attempts, last, .. } => {
+            assert_eq!(*attempts, 5);
+            assert!(matches!(
+                **last,
+                StoreError::Transient {
+                    kind: store::TransientKind::Throttled,
+                    ..
+                }
+            ));
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+    assert!(
+        e.to_string().contains("shard.00000.mds") && e.to_string().contains("throttled"),
+        "{e}"
+    );
+
+    // Not-found is permanent: no retries.
+    faulty.clear();
+    counting.reset();
+    assert!(s.get(&key("nope")).unwrap_err().is_not_found());
+    assert_eq!(counting.for_key("nope").gets, 1);
+}
+
+#[test]
+fn slow_requests_time_out_and_are_retried() {
+    let opts = StoreOptions {
+        request_timeout: std::time::Duration::from_millis(100),
+        ..fast_retries(2)
+    };
+    let (faulty, counting, s) = faulty_stack(&opts);
+    let k = key("index.json");
+    faulty.inject(
+        Fault::Latency(std::time::Duration::from_secs(5)),
+        Some("index.json"),
+        Some(1),
+    );
+    let start = std::time::Instant::now();
+    assert!(s.get(&k).is_ok());
+    assert!(
+        start.elapsed() < std::time::Duration::from_secs(2),
+        "{:?}",
+        start.elapsed()
+    );
+    assert_eq!(counting.for_key("index.json").gets, 1);
+    faulty.inject(
+        Fault::Latency(std::time::Duration::from_secs(5)),
+        None,
+        None,
+    );
+    let e = s.get(&k).unwrap_err();
+    assert!(
+        matches!(
+            e.root_cause(),
+            StoreError::Transient {
+                kind: store::TransientKind::Timeout,
+                ..
+            }
+        ),
+        "{e:?}"
+    );
+}
+
+#[test]
+fn concurrency_is_bounded() {
+    let opts = StoreOptions {
+        max_concurrency: 2,
+        ..fast_retries(0)
+    };
+    let (faulty, _counting, s) = faulty_stack(&opts);
+    faulty.inject(
+        Fault::Latency(std::time::Duration::from_millis(200)),
+        None,
+        None,
+    );
+    let start = std::time::Instant::now();
+    let handles: Vec<_> = (0..6)
+        .map(|i| {
+            let s = s.clone();
+            std::thread::spawn(move || s.get(&key(&format!("shard.0000{i}.mds"))).unwrap().len())
+        })
+        .collect();
+    for h in handles {
+        assert!(h.join().unwrap() > 0);
+    }
+    // 6 requests of 200 ms with 2 at a time take at least 3 rounds.
+    assert!(
+        start.elapsed() >= std::time::Duration::from_millis(590),
+        "{:?}",
+        start.elapsed()
+    );
+}
+
+mod sigv4_server {
+    use super::*;
+    use crate::common::s3s_server::{FakeS3, ServerFault};
+
+    fn dataset_on(server: &FakeS3) -> std::path::PathBuf {
+        let ds = fixtures().join("mds/merged");
+        server.put_dir("bkt", "sub/merged", &ds);
+        ds
+    }
+
+    #[test]
+    fn s3s_server_passes_the_conformance_suite_with_sigv4() {
+        let server = FakeS3::start();
+        let ds = dataset_on(&server);
+        let s = blocking(store::open("s3://bkt/sub/merged", &server.options()).unwrap());
+        conformance(&s, &ds);
+        // Ranged reads are ranged on the wire.
+        let before = server.seen("sub/merged/index.json");
+        s.get_range(&key("index.json"), 0..10).unwrap();
+        let after = server.seen("sub/merged/index.json");
+        assert_eq!(after.range_gets, before.range_gets + 1);
+        assert_eq!(after.bytes - before.bytes, 10);
+    }
+
+    #[test]
+    fn wrong_secret_is_access_denied_without_retries() {
+        let server = FakeS3::start();
+        dataset_on(&server);
+        let mut opts = server.options();
+        opts.credentials.as_mut().unwrap().secret_access_key = "wrong".into();
+        let s = blocking(store::open("s3://bkt/sub/merged", &opts).unwrap());
+        let e = s.get(&key("index.json")).unwrap_err();
+        let text = e.to_string();
+        assert!(matches!(e, StoreError::AccessDenied { .. }), "{e:?}");
+        assert!(
+            text.contains("SignatureDoesNotMatch")
+                && text.contains("s3://bkt/sub/merged/index.json"),
+            "{text}"
+        );
+        assert!(text.contains("credentials"), "{text}");
+
+        let mut opts = server.options();
+        opts.credentials.as_mut().unwrap().access_key_id = "nobody".into();
+        let s = blocking(store::open("s3://bkt/sub/merged", &opts).unwrap());
+        let e = s.head(&key("index.json")).unwrap_err();
+        assert!(matches!(e, StoreError::AccessDenied { .. }), "{e:?}");
+        assert_eq!(server.seen_total().gets, 0, "nothing was served");
+    }
+
+    #[test]
+    fn protocol_faults_are_survived() {
+        let server = FakeS3::start();
+        let ds = dataset_on(&server);
+        let s = blocking(store::open("s3://bkt/sub/merged", &server.options()).unwrap());
+        let rel = "0/shard.00000.mds";
+        let full = format!("sub/merged/{rel}");
+        let want = std::fs::read(ds.join(rel)).unwrap();
+        for fault in [
+            ServerFault::SlowDown,
+            ServerFault::InternalError,
+            ServerFault::Reset,
+            ServerFault::Truncate,
+        ] {
+            server.inject(fault.clone(), Some(&full), Some(1));
+            let before = server.seen(&full).gets;
+            assert_eq!(&s.get(&key(rel)).unwrap()[..], &want[..], "{fault:?}");
+            assert_eq!(
+                server.seen(&full).gets,
+                before + 2,
+                "{fault:?}: one failed attempt, one retry"
+            );
+        }
+        // Truncated ranged bodies too.
+        server.inject(ServerFault::Truncate, Some(&full), Some(2));
+        assert_eq!(
+            &s.get_range(&key(rel), 8..4000.min(want.len() as u64))
+                .unwrap()[..],
+            &want[8..4000.min(want.len())]
+        );
+        // Persistent 503s end in a typed error.
+        server.inject(ServerFault::SlowDown, Some(&full), None);
+        let e = s.get(&key(rel)).unwrap_err();
+        assert!(matches!(e, StoreError::RetriesExhausted { .. }), "{e:?}");
+        assert!(
+            matches!(
+                e.root_cause(),
+                StoreError::Transient {
+                    kind: store::TransientKind::Throttled,
+                    ..
+                }
+            ),
+            "{e:?}"
+        );
+        assert!(
+            e.to_string()
+                .contains(&format!("s3://bkt/sub/merged/{rel}")),
+            "{e}"
+        );
+    }
+}
+
+mod cli {
+    //! `shardfs inspect` and `shardfs cat` on remote sources (the binary, as a user runs it).
+    use super::*;
+    use crate::common::s3s_server::{FakeS3, ACCESS_KEY, SECRET_KEY};
+    use crate::common::shardfs_bin;
+    use base64::Engine;
+    use std::process::{Command, Output};
+
+    fn shardfs(args: &[&str], key: &str, secret: &str) -> Output {
+        Command::new(shardfs_bin())
+            .args(args)
+            .env("AWS_ACCESS_KEY_ID", key)
+            .env("AWS_SECRET_ACCESS_KEY", secret)
+            .env("AWS_REGION", "us-east-1")
+            .env_remove("AWS_ENDPOINT_URL")
+            .env_remove("S3_ENDPOINT_URL")
+            .env_remove("AWS_PROFILE")
+            .output()
+            .unwrap()
+    }
+
+    fn inspect_json(args: &[&str], key: &str, secret: &str) -> serde_json::Value {
+        let o = shardfs(args, key, secret);
+        assert!(
+            o.status.success(),
+            "{args:?}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let mut v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+        v.as_object_mut().unwrap().remove("source");
+        v
+    }
+
+    /// (column name, raw bytes) of sample `g` from expected.jsonl.
+    fn expected_raw(ds: &Path, g: usize) -> Vec<(String, Vec<u8>)> {
+        let text = std::fs::read_to_string(ds.join("expected.jsonl")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(text.lines().nth(g).unwrap()).unwrap();
+        v.as_object()
+            .unwrap()
+            .iter()
+            .map(|(k, c)| {
+                (
+                    k.clone(),
+                    base64::engine::general_purpose::STANDARD
+                        .decode(c["raw"].as_str().unwrap())
+                        .unwrap(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn inspect_and_cat_work_on_s3_and_http_sources() {
+        let Some(moto) = moto() else { return };
+        for ds in mds_datasets() {
+            let name = ds.file_name().unwrap().to_str().unwrap();
+            moto.upload_dir_public("cli-fixtures", name, &ds);
+            let local = inspect_json(&["inspect", ds.to_str().unwrap(), "--json"], "test", "test");
+            let s3 = format!("s3://cli-fixtures/{name}");
+            let http = format!("{}/cli-fixtures/{name}", moto.endpoint);
+            let remote = inspect_json(
+                &["inspect", &s3, "--json", "--endpoint-url", &moto.endpoint],
+                "test",
+                "test",
+            );
+            assert_eq!(local, remote, "{name}");
+            let over_http = inspect_json(&["inspect", &http, "--json"], "test", "test");
+            assert_eq!(local, over_http, "{name}");
+            let unsigned = inspect_json(
+                &[
+                    "inspect",
+                    &s3,
+                    "--json",
+                    "--endpoint-url",
+                    &moto.endpoint,
+                    "--no-sign-request",
+                ],
+                "",
+                "",
+            );
+            assert_eq!(local, unsigned, "{name}");
+            let samples = local["samples"].as_u64().unwrap() as usize;
+            for g in [0, samples / 2, samples - 1] {
+                for (col, want) in expected_raw(&ds, g) {
+                    let gs = g.to_string();
+                    for src in [s3.as_str(), http.as_str()] {
+                        let args = [
+                            "cat",
+                            src,
+                            &gs,
+                            "--column",
+                            &col,
+                            "--raw",
+                            "--endpoint-url",
+                            &moto.endpoint,
+                        ];
+                        let o = shardfs(&args, "test", "test");
+                        assert!(
+                            o.status.success(),
+                            "{args:?}: {}",
+                            String::from_utf8_lossy(&o.stderr)
+                        );
+                        assert_eq!(o.stdout, want, "{name} sample {g} column {col} via {src}");
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn cat_of_an_uncompressed_remote_shard_reads_only_header_and_sample_ranges() {
+        let server = FakeS3::start();
+        let ds = fixtures().join("mds/basic");
+        server.put_dir("bkt", "basic", &ds);
+        // Sample 250 lives in shard 2 or 3 of "basic"; find which through the index.
+        let index =
+            shardfs::mds::Index::parse(&std::fs::read(ds.join("index.json")).unwrap()).unwrap();
+        let (shard, i) = index.locate(250).unwrap();
+        let basename = &index.shards()[shard].raw.basename;
+        let want = &expected_raw(&ds, 250)
+            .into_iter()
+            .find(|(c, _)| c == "text")
+            .unwrap()
+            .1;
+        let o = shardfs(
+            &[
+                "cat",
+                "s3://bkt/basic",
+                "250",
+                "--column",
+                "text",
+                "--raw",
+                "--endpoint-url",
+                &server.endpoint,
+            ],
+            ACCESS_KEY,
+            SECRET_KEY,
+        );
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+        assert_eq!(&o.stdout, want);
+        let seen = server.seen(&format!("basic/{basename}"));
+        assert_eq!(
+            (seen.gets, seen.range_gets),
+            (0, 2),
+            "sample {i} of {basename}: {seen:?}"
+        );
+        let header = shardfs::mds::header_len(index.shards()[shard].samples);
+        assert!(
+            seen.bytes < header + 4096,
+            "only header and one sample were read: {seen:?}"
+        );
+        let total = server.seen_total();
+        assert_eq!(total.gets, 1, "only index.json is fetched whole: {total:?}");
+    }
+
+    #[test]
+    fn bad_credentials_and_missing_datasets_are_one_line_errors() {
+        let server = FakeS3::start();
+        server.put_dir("bkt", "basic", &fixtures().join("mds/basic"));
+        let o = shardfs(
+            &[
+                "inspect",
+                "s3://bkt/basic",
+                "--endpoint-url",
+                &server.endpoint,
+            ],
+            ACCESS_KEY,
+            "wrong",
+        );
+        assert!(!o.status.success());
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(e.trim_end().lines().count(), 1, "{e}");
+        assert!(
+            e.contains("access denied") && e.contains("s3://bkt/basic/index.json"),
+            "{e}"
+        );
+        let o = shardfs(
+            &[
+                "inspect",
+                "s3://bkt/nothing-here",
+                "--endpoint-url",
+                &server.endpoint,
+            ],
+            ACCESS_KEY,
+            SECRET_KEY,
+        );
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(
+            !o.status.success() && e.contains("s3://bkt/nothing-here/index.json: not found"),
+            "{e}"
+        );
+    }
+}
