@@ -32,8 +32,18 @@ if [ "$profile" = debug ]; then cargo_profile=(--profile dev); else cargo_profil
   --example bench-s3-server --example bench-gen)
 bin="$target/$profile"
 
+# Module micro-benchmarks: every [[bench]] target of Cargo.toml (harness = false programs that
+# print their own results), built here, run by the harness with --micro.
 micro="{}"
-# Module micro-benchmarks are wired in here as they land (see bench/README.md).
+case " $* " in *" --micro "*|*" --only-micro "*)
+  names=$(awk '/^\[\[bench\]\]/{b=1;next} b&&/^name *=/{gsub(/[" ]/,"");sub(/name=/,"");print;b=0}' "$repo/Cargo.toml")
+  micro=""
+  for n in $names; do
+    (cd "$repo" && cargo bench --quiet --bench "$n" --no-run)
+    micro="$micro${micro:+,}\"$n\":[\"cargo\",\"bench\",\"--quiet\",\"--manifest-path\",\"$repo/Cargo.toml\",\"--bench\",\"$n\"]"
+  done
+  micro="{$micro}" ;;
+esac
 bins=$(printf '{"shardfs":"%s","server":"%s","gen":"%s","micro":%s}' \
   "$bin/shardfs" "$bin/examples/bench-s3-server" "$bin/examples/bench-gen" "$micro")
 exec python3 "$here/harness.py" --bins "$bins" --venv "$venv" "${args[@]}"
