@@ -5,7 +5,6 @@
 
 mod cat;
 mod dataset;
-mod index_samples;
 mod inspect;
 mod mount;
 mod order;
