@@ -42,6 +42,10 @@ case " $* " in *" --micro "*|*" --only-micro "*)
     (cd "$repo" && cargo bench --quiet --bench "$n" --no-run)
     micro="$micro${micro:+,}\"$n\":[\"cargo\",\"bench\",\"--quiet\",\"--manifest-path\",\"$repo/Cargo.toml\",\"--bench\",\"$n\"]"
   done
+  # Plan generation against upstream mosaicml-streaming on the same inputs (bench/order_upstream.sh).
+  if [ -x "$here/order_upstream.sh" ]; then
+    micro="$micro${micro:+,}\"order_vs_upstream\":[\"env\",\"BENCH_VENV=$venv\",\"UPSTREAM_MAX=10000000\",\"$here/order_upstream.sh\",\"10000000\"]"
+  fi
   micro="{$micro}" ;;
 esac
 bins=$(printf '{"shardfs":"%s","server":"%s","gen":"%s","micro":%s}' \
