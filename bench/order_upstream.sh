@@ -45,12 +45,13 @@ by = {}
 for r in rows:
     by.setdefault((r['algo'], r['samples']), {})[r['impl']] = r
 print()
-print(f"{'algo':6} {'samples':>11} {'shardfs s':>10} {'upstream s':>11} {'speedup':>8} {'shardfs MiB':>12} {'upstream MiB':>13} {'same plan':>9}")
+print(f"{'algo':6} {'samples':>11} {'shardfs s':>10} {'upstream s':>11} {'speedup':>8} {'cpu speedup':>11} {'shardfs MiB':>12} {'upstream MiB':>13} {'same plan':>9}")
 for (algo, n), d in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0])):
     s, u = d.get('shardfs'), d.get('upstream')
     ratio = f"{u['seconds'] / s['seconds']:.1f}x" if s and u else '-'
+    cpu_ratio = f"{u['cpu_seconds'] / max(s['cpu_seconds'], 0.01):.1f}x" if s and u else '-'
     same = ('yes' if s['checksum'] == u['checksum'] and s['plan_ids'] == u['plan_ids'] else 'NO') if s and u else '-'
-    print(f"{algo:6} {n:>11} {s['seconds'] if s else '-':>10} {u['seconds'] if u else '-':>11} {ratio:>8} "
+    print(f"{algo:6} {n:>11} {s['seconds'] if s else '-':>10} {u['seconds'] if u else '-':>11} {ratio:>8} {cpu_ratio:>11} "
           f"{s['peak_rss_mib'] if s else '-':>12} {u['peak_rss_mib'] if u else '-':>13} {same:>9}")
 PY
 rm -f "$results"

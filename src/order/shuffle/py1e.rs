@@ -7,7 +7,7 @@
 //! reproduces it. The bounds keep every position in `[0, n − 1]` (the lower bound is at least
 //! `−offset`, the upper at most `n − offset − span`), so the integer part of a position is a
 //! bucket in `0..n` holding about one sample on average: a counting sort by bucket, then an
-//! insertion sort inside each tiny bucket, sorts in linear time. To avoid storing every
+//! insertion sort inside each tiny bucket, sorts in linear time (in two cache-friendly levels). To avoid storing every
 //! position, the jitter draws are made twice from identical generator states (once to count,
 //! once to place), which costs far less than the memory and the O(n log n) sort it replaces.
 
@@ -82,6 +82,11 @@ fn for_each_position(
 }
 
 /// Linear-time stable sort of `samples` by jittered position (see the module note).
+///
+/// Two counting passes keep memory traffic local: first by coarse bucket (`pos >> shift`,
+/// at most ~2048 of them, so the scatter writes stay in cache), then, inside each coarse
+/// bucket, by integer position (a table of `1 << shift` counters that fits in L2), and
+/// finally an insertion sort inside each integer bucket (usually 0–3 entries).
 fn sort_by_jitter_buckets(
     rng: &mut NumpyRng,
     spans: &[Span],
@@ -91,9 +96,14 @@ fn sort_by_jitter_buckets(
 ) -> Result<(), OrderError> {
     let n = samples.len();
     let last = n - 1;
+    let mut shift = 6u32;
+    while (n >> shift) > 2048 {
+        shift += 1;
+    }
+    let coarse_n = (last >> shift) + 1;
     let bucket = |pos: f64| (pos as usize).min(last);
-    // Pass 1 on a copy of the generator: bucket sizes.
-    let mut counts = vec![0u32; n + 1];
+    // Pass 1 on a copy of the generator: coarse bucket sizes.
+    let mut starts = vec![0usize; coarse_n + 1];
     let mut replay = rng.clone();
     for_each_position(
         &mut replay,
@@ -101,40 +111,69 @@ fn sort_by_jitter_buckets(
         blocks,
         block_size,
         n as u64,
-        |_, pos| counts[bucket(pos) + 1] += 1,
+        |_, pos| {
+            starts[(bucket(pos) >> shift) + 1] += 1;
+        },
     )?;
-    for i in 1..=n {
-        counts[i] += counts[i - 1];
+    for i in 1..=coarse_n {
+        starts[i] += starts[i - 1];
     }
-    // Pass 2 with the real generator (same draws): place (position, sample) by bucket, in
-    // index order, so equal positions keep upstream's stable order.
+    // Pass 2 with the real generator (same draws): place (position, sample) by coarse bucket,
+    // in index order, so equal positions keep upstream's stable order.
     let mut keys = vec![0f64; n];
     let mut placed = vec![0u64; n];
+    let mut next = starts.clone();
     for_each_position(rng, spans, blocks, block_size, n as u64, |i, pos| {
-        let slot = &mut counts[bucket(pos)];
-        let k = *slot as usize;
+        let slot = &mut next[bucket(pos) >> shift];
+        keys[*slot] = pos;
+        placed[*slot] = samples[i];
         *slot += 1;
-        keys[k] = pos;
-        placed[k] = samples[i];
     })?;
-    // counts[b] is now the end of bucket b; sort inside each bucket (usually 0–3 entries).
-    let mut begin = 0usize;
-    for &end in &counts[..n] {
-        let end = end as usize;
-        for j in begin + 1..end {
-            let (key, sample) = (keys[j], placed[j]);
-            let mut k = j;
-            while k > begin && keys[k - 1] > key {
-                keys[k] = keys[k - 1];
-                placed[k] = placed[k - 1];
-                k -= 1;
-            }
-            keys[k] = key;
-            placed[k] = sample;
+    // Pass 3: inside each coarse bucket, a stable counting sort by integer position, written
+    // straight to `samples`, then insertion sort inside each integer bucket.
+    let width = 1usize << shift;
+    let mut counts = vec![0u32; width + 1];
+    let mut fine_keys: Vec<f64> = Vec::new();
+    for c in 0..coarse_n {
+        let (lo, hi) = (starts[c], starts[c + 1]);
+        if hi == lo {
+            continue;
         }
-        begin = end;
+        let base = c << shift;
+        counts.iter_mut().for_each(|x| *x = 0);
+        for &k in &keys[lo..hi] {
+            counts[bucket(k) - base + 1] += 1;
+        }
+        for i in 1..=width {
+            counts[i] += counts[i - 1];
+        }
+        fine_keys.clear();
+        fine_keys.resize(hi - lo, 0.0);
+        let out = &mut samples[lo..hi];
+        for j in lo..hi {
+            let slot = &mut counts[bucket(keys[j]) - base];
+            fine_keys[*slot as usize] = keys[j];
+            out[*slot as usize] = placed[j];
+            *slot += 1;
+        }
+        // counts[f] is now the end of integer bucket f.
+        let mut begin = 0usize;
+        for &end in &counts[..width] {
+            let end = end as usize;
+            for j in begin + 1..end {
+                let (key, sample) = (fine_keys[j], out[j]);
+                let mut k = j;
+                while k > begin && fine_keys[k - 1] > key {
+                    fine_keys[k] = fine_keys[k - 1];
+                    out[k] = out[k - 1];
+                    k -= 1;
+                }
+                fine_keys[k] = key;
+                out[k] = sample;
+            }
+            begin = end;
+        }
     }
-    samples.copy_from_slice(&placed);
     Ok(())
 }
 
