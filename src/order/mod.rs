@@ -509,7 +509,7 @@ impl Planner {
         units: &[u64],
         epoch: u64,
         block_size: u64,
-    ) -> Result<Vec<u64>, OrderError> {
+    ) -> Result<shuffle::ShuffleMap, OrderError> {
         shuffle::get_shuffle(
             self.opts.shuffle_algo,
             ShuffleParams {
