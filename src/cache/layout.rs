@@ -16,7 +16,6 @@ use super::CacheError;
 use crate::store::ObjectKey;
 use std::fs::{self, File, OpenOptions};
 use std::io::Write;
-use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
@@ -53,8 +52,8 @@ impl Layout {
             .write(true)
             .open(&lock_path)
             .map_err(|e| CacheError::io("open", &lock_path, e))?;
-        // SAFETY: flock on a descriptor we own; no memory is involved.
-        if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+        // flock(2) through std: released when the file closes, including on kill -9.
+        if lock.try_lock().is_err() {
             return Err(CacheError::Config(format!(
                 "cache folder {} is in use by another shardfs process for the same dataset; use a different --cache-dir",
                 self.root.display()
