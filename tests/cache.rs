@@ -503,3 +503,108 @@ fn custom_eviction_policies_choose_among_unpinned_shards() {
             && cache.is_resident(5)
     );
 }
+
+mod crash {
+    //! `kill -9` in the middle of a download: the next run keeps every complete shard and
+    //! refetches only the interrupted one. The child is this test binary re-run on an
+    //! ignored test that fills a cache from the in-process S3 server of the parent.
+    use super::*;
+    use crate::common::s3s_server::{FakeS3, ServerFault, ACCESS_KEY, SECRET_KEY};
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    fn options(endpoint: &str) -> StoreOptions {
+        let mut o = s3_options(endpoint);
+        o.credentials = Some(store::StaticCredentials {
+            access_key_id: ACCESS_KEY.into(),
+            secret_access_key: SECRET_KEY.into(),
+            session_token: None,
+        });
+        o
+    }
+
+    /// The child: fills the cache shard by shard, printing each completed shard.
+    #[test]
+    #[ignore = "run by the kill -9 test as a child process"]
+    fn child_fills_the_cache() {
+        let (Ok(endpoint), Ok(dir)) = (
+            std::env::var("SHARDFS_CRASH_ENDPOINT"),
+            std::env::var("SHARDFS_CRASH_CACHE"),
+        ) else {
+            return;
+        };
+        let dataset = Arc::new(Dataset::load("s3://bkt/basic", &options(&endpoint)).unwrap());
+        let cache = ShardCache::open(dataset, opts(Path::new(&dir))).unwrap();
+        for s in 0..cache.dataset().index().shards().len() {
+            cache.get(s).unwrap();
+            println!("filled {s}");
+        }
+    }
+
+    #[test]
+    fn a_killed_fill_is_refetched_and_complete_shards_are_kept() {
+        let server = FakeS3::start();
+        let ds = fixtures().join("mds/basic");
+        server.put_dir("bkt", "basic", &ds);
+        // Shard 3 crawls at 2 KiB/s (~13 s for its 27 KB), so the child is surely mid-download.
+        server.inject(
+            ServerFault::Bandwidth(2048),
+            Some("basic/shard.00003.mds"),
+            None,
+        );
+        let tmp = tempfile::tempdir().unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "cache::crash::child_fills_the_cache",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("SHARDFS_CRASH_ENDPOINT", &server.endpoint)
+            .env("SHARDFS_CRASH_CACHE", tmp.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        // The test harness prints its own lines around ours; wait for "filled 2".
+        let mut filled = Vec::new();
+        while filled.len() < 3 {
+            let line = lines.next().expect("child ended early").unwrap();
+            if let Some(pos) = line.find("filled ") {
+                filled.push(line[pos + 7..].trim().to_string());
+            }
+        }
+        assert_eq!(filled, ["0", "1", "2"]);
+        // Wait until the body of shard 3 is streaming, then kill -9.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while server.seen("basic/shard.00003.mds").gets == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "child never requested shard 3"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGKILL) }, 0);
+        let status = child.wait().unwrap();
+        assert!(!status.success());
+
+        // The next run: shards 0..3 are adopted, shard 3 is fetched again, once.
+        server.clear_faults();
+        let dataset =
+            Arc::new(Dataset::load("s3://bkt/basic", &options(&server.endpoint)).unwrap());
+        let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+        let n = cache.dataset().index().shards().len();
+        assert_eq!(cache.stats().resident_shards, 3);
+        check_every_sample(&cache, &ds);
+        for s in 0..n {
+            let gets = server.seen(&format!("basic/shard.{s:05}.mds")).gets;
+            let want = if s == 3 { 2 } else { 1 };
+            assert_eq!(gets, want, "shard {s}: whole-object GETs over both runs");
+        }
+        assert_eq!(cache.stats().shards_fetched as usize, n - 3);
+    }
+}

@@ -8,7 +8,7 @@
 use super::stats::Counters;
 use super::CacheError;
 use crate::mds::{self, FileRef, Index, ShardEntry, ShardHeader};
-use crate::store::{self, BlockingStore, ObjectKey, Source, StoreOptions};
+use crate::store::{self, BlockingStore, ObjectKey, Source, StoreError, StoreOptions};
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use std::ops::Range;
@@ -60,8 +60,19 @@ impl Dataset {
     /// Opens `source` with `opts`, then fetches and parses its `index.json`.
     pub fn load(source: &str, opts: &StoreOptions) -> Result<Dataset, CacheError> {
         let parsed = Source::parse(source)?;
-        let store = BlockingStore::new(store::open(source, opts)?, 2)?;
-        Self::from_store(store, parsed.canonical())
+        let store = match store::open(source, opts) {
+            Ok(s) => s,
+            // A missing local folder: say which index.json we were looking for.
+            Err(StoreError::NotFound { detail, .. }) => {
+                return Err(StoreError::NotFound {
+                    url: format!("{}/{INDEX_JSON}", parsed.canonical()),
+                    detail,
+                }
+                .into())
+            }
+            Err(e) => return Err(e.into()),
+        };
+        Self::from_store(BlockingStore::new(store, 2)?, parsed.canonical())
     }
 
     /// Fetches and parses `index.json` through an already opened store rooted at the dataset;
@@ -169,8 +180,15 @@ impl Dataset {
         Ok(bytes)
     }
 
-    /// Sample `i` of a shard: two ranged GETs (header, sample) when uncompressed; the whole
-    /// shard (downloaded, verified, decompressed, not cached) when compressed.
+    /// True when the dataset is on a local file system, where reading a whole shard (and so
+    /// verifying its hash) costs little.
+    pub fn is_local(&self) -> bool {
+        self.id.source.starts_with("file://")
+    }
+
+    /// Sample `i` of a shard: two ranged GETs (header, sample) when the shard is
+    /// uncompressed and remote (ranges cannot be hash-checked; sizes and offsets are); the
+    /// whole shard, verified and decompressed (not cached), when compressed or local.
     pub fn fetch_sample(&self, shard: usize, i: u32) -> Result<Bytes, CacheError> {
         let entry = self.shard(shard)?;
         let out_of_range = || CacheError::OutOfRange {
@@ -178,7 +196,7 @@ impl Dataset {
             file: entry.raw.basename.clone(),
             what: format!("sample {i} of {}", entry.samples),
         };
-        if entry.zip.is_none() {
+        if entry.zip.is_none() && !self.is_local() {
             let header = self.fetch_header(shard)?;
             let r = header.sample_range(i).map_err(|_| out_of_range())?;
             self.fetch_range(shard, r)
@@ -187,7 +205,12 @@ impl Dataset {
             let header =
                 ShardHeader::parse(&raw).map_err(|e| corrupt(shard, &entry.raw.basename, e))?;
             let r = header.sample_range(i).map_err(|_| out_of_range())?;
-            Ok(Bytes::from(raw).slice(r.start as usize..r.end as usize))
+            let (start, end) = (r.start as usize, r.end as usize);
+            // fetch_shard checked that the header's last offset is the shard's length.
+            if end > raw.len() || start > end {
+                return Err(out_of_range());
+            }
+            Ok(raw.slice(start..end))
         }
     }
 
@@ -195,7 +218,7 @@ impl Dataset {
     /// file's size and one known hash are checked (re-downloading up to `attempts` times on
     /// a mismatch), then it is decompressed to exactly `raw.bytes` and its header must
     /// agree with index.json. Corrupt bytes never leave this function.
-    pub fn fetch_shard(&self, shard: usize, attempts: u32) -> Result<Vec<u8>, CacheError> {
+    pub fn fetch_shard(&self, shard: usize, attempts: u32) -> Result<Bytes, CacheError> {
         let entry = self.shard(shard)?;
         let stored = entry.stored_file();
         let key = ObjectKey::new(stored.basename.clone())?;
@@ -265,13 +288,14 @@ fn check_header(
 }
 
 /// Size + hash check of the stored bytes, then decompression.
-fn verify_and_unpack(entry: &ShardEntry, check: &FileRef, bytes: &[u8]) -> Result<Vec<u8>, String> {
+fn verify_and_unpack(entry: &ShardEntry, check: &FileRef, bytes: &Bytes) -> Result<Bytes, String> {
     mds::verify_hashes(check, bytes).map_err(|e| e.to_string())?;
     match (&entry.zip, &entry.compression) {
         (Some(_), Some(c)) => mds::decompress(c, bytes, Some(entry.raw.bytes))
+            .map(Bytes::from)
             .map_err(|e| format!("decompressing: {e}")),
         (Some(_), None) => Err("index.json lists a compressed file without a compression".into()),
-        (None, _) => Ok(bytes.to_vec()),
+        (None, _) => Ok(bytes.clone()),
     }
 }
 

@@ -1,15 +1,18 @@
 //! `shardfs cat`: one sample's column file on stdout, by global sample id. Reads only the
-//! shard that holds the sample (verifying its hashes and decompressing it as needed).
+//! sample: by ranges from an uncompressed shard (header, then the sample), else the whole
+//! shard that holds it (verifying its hashes and decompressing it).
 
 use super::dataset::Dataset;
-use crate::mds::{self, ShardView};
+use super::store_args::StoreArgs;
+use crate::mds;
 use anyhow::{bail, Context, Result};
 use std::io::Write;
 
 /// Arguments of `shardfs cat`.
 #[derive(Debug, clap::Args)]
 pub struct CatArgs {
-    /// Dataset source: a local path or file:///abs/path (the folder holding index.json).
+    /// Dataset source: a local path, file://, s3://, gs://, az:// or http(s):// URL of the
+    /// folder holding index.json.
     pub source: String,
     /// Global sample id (0-based, in index order across shards).
     pub index: u64,
@@ -20,6 +23,9 @@ pub struct CatArgs {
     /// column file (decimal text, .npy, ...).
     #[arg(long)]
     pub raw: bool,
+    /// How to reach the object store.
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 /// The bytes `shardfs cat` prints for these arguments.
@@ -52,9 +58,13 @@ pub fn cat_bytes(ds: &Dataset, args: &CatArgs) -> Result<Vec<u8>> {
             names()
         ),
     };
-    let raw = ds.raw_shard(shard)?;
-    let view = ShardView::new(entry, &raw)?;
-    let bytes = view.columns(i)?.swap_remove(col);
+    let sample = ds.sample(shard, i)?;
+    let ranges =
+        mds::split_sample(&entry.columns, &sample).map_err(|e| e.in_file(&entry.raw.basename))?;
+    let bytes = ranges
+        .get(col)
+        .and_then(|r| sample.get(r.clone()))
+        .with_context(|| format!("{}: sample {i} has no column {col}", entry.raw.basename))?;
     if args.raw {
         return Ok(bytes.to_vec());
     }
@@ -70,7 +80,7 @@ pub fn cat_bytes(ds: &Dataset, args: &CatArgs) -> Result<Vec<u8>> {
 
 /// Runs `shardfs cat`.
 pub fn run(args: CatArgs) -> Result<()> {
-    let ds = Dataset::open(&args.source)?;
+    let ds = Dataset::open(&args.source, &args.store)?;
     let bytes = cat_bytes(&ds, &args)?;
     let mut out = std::io::stdout().lock();
     match out.write_all(&bytes).and_then(|()| out.flush()) {

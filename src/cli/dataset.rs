@@ -1,69 +1,35 @@
-//! Loading a dataset for the one-shot commands (`inspect`, `cat`): `index.json` and single
-//! shards from a local folder or a `file://` URL. This is the one place that touches the
-//! source, so object stores can replace it without changing the commands.
+//! Loading a dataset for the one-shot commands (`inspect`, `cat`) from any SOURCE kind
+//! (local path, `file://`, `s3://`, `gs://`, `az://`, `http(s)://`) through `store`.
+//! Uncompressed shards are read by ranges (header, then one sample); compressed ones are
+//! downloaded whole, verified and decompressed, without touching any cache folder.
 
-use crate::mds::{self, Index, INDEX_FILE};
-use anyhow::{bail, Context, Result};
-use std::path::{Path, PathBuf};
+use super::store_args::StoreArgs;
+use crate::cache;
+use crate::mds::Index;
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use std::sync::Arc;
 
 /// A dataset whose `index.json` has been read and validated.
 #[derive(Debug)]
 pub struct Dataset {
-    root: PathBuf,
+    inner: cache::Dataset,
     /// The parsed index.
-    pub index: Index,
-}
-
-/// Resolves SOURCE (a plain path or `file:///abs/path`) to a local folder.
-fn local_root(source: &str) -> Result<PathBuf> {
-    if let Some(rest) = source.strip_prefix("file://") {
-        if !rest.starts_with('/') {
-            bail!("file:// URLs need an absolute path (file:///path/to/dataset), got {source:?}");
-        }
-        return Ok(PathBuf::from(rest));
-    }
-    if let Some((scheme, _)) = source.split_once("://") {
-        bail!("{scheme}:// sources are not supported by this build yet; use a local path or file:// URL");
-    }
-    Ok(PathBuf::from(source))
+    pub index: Arc<Index>,
 }
 
 impl Dataset {
     /// Opens SOURCE and parses its `index.json`.
-    pub fn open(source: &str) -> Result<Dataset> {
-        let root = local_root(source)?;
-        let path = root.join(INDEX_FILE);
-        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        let index = Index::parse(&bytes).with_context(|| format!("in {}", root.display()))?;
-        Ok(Dataset { root, index })
+    pub fn open(source: &str, store: &StoreArgs) -> Result<Dataset> {
+        let inner = cache::Dataset::load(source, &store.options())
+            .with_context(|| format!("opening dataset {source}"))?;
+        let index = inner.index().clone();
+        Ok(Dataset { inner, index })
     }
 
-    /// Path of a file named by a (validated) basename.
-    fn path_of(&self, basename: &str) -> PathBuf {
-        self.root.join(Path::new(basename))
-    }
-
-    /// The raw (uncompressed) bytes of shard `shard`: reads the stored file, checks its size
-    /// and listed hashes, decompresses when compressed and checks the raw hashes too.
-    pub fn raw_shard(&self, shard: usize) -> Result<Vec<u8>> {
-        let entry = self
-            .index
-            .shards()
-            .get(shard)
-            .with_context(|| format!("no shard {shard}"))?;
-        let stored = entry.stored_file();
-        let path = self.path_of(&stored.basename);
-        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
-        mds::verify_hashes(stored, &bytes)?;
-        let raw = match &entry.compression {
-            Some(c) => {
-                let raw = mds::decompress(c, &bytes, Some(entry.raw.bytes))
-                    .map_err(|e| e.in_file(&stored.basename))?;
-                mds::verify_hashes(&entry.raw, &raw)?;
-                raw
-            }
-            None => bytes,
-        };
-        Ok(raw)
+    /// The stored bytes of sample `i` of shard `shard`: two ranged reads (header, sample)
+    /// for an uncompressed shard, the whole verified and decompressed shard otherwise.
+    pub fn sample(&self, shard: usize, i: u32) -> Result<Bytes> {
+        Ok(self.inner.fetch_sample(shard, i)?)
     }
 }

@@ -1,6 +1,7 @@
 //! `shardfs inspect`: what a dataset holds, from its `index.json` alone (no shard is read).
 
 use super::dataset::Dataset;
+use super::store_args::StoreArgs;
 use crate::mds::{self, Index};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
@@ -8,13 +9,17 @@ use std::collections::BTreeSet;
 /// Arguments of `shardfs inspect`.
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
-    /// Dataset source: a local path or file:///abs/path (the folder holding index.json).
+    /// Dataset source: a local path, file://, s3://, gs://, az:// or http(s):// URL of the
+    /// folder holding index.json.
     pub source: String,
     /// Print one JSON object instead of text (keys: samples, shards, empty_shards, columns
     /// [{name, encoding, size, extension}], raw_bytes, zip_bytes, compression, hashes,
     /// shard_list).
     #[arg(long)]
     pub json: bool,
+    /// How to reach the object store.
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 /// Everything `inspect` reports, as JSON (the text form is printed from it).
@@ -153,7 +158,7 @@ fn text(v: &Value) -> String {
 
 /// Runs `shardfs inspect`.
 pub fn run(args: InspectArgs) -> anyhow::Result<()> {
-    let ds = Dataset::open(&args.source)?;
+    let ds = Dataset::open(&args.source, &args.store)?;
     let v = summary(&args.source, &ds.index);
     if args.json {
         println!("{}", serde_json::to_string_pretty(&v)?);

@@ -5,13 +5,13 @@
 
 mod cat;
 mod dataset;
-mod index_samples;
 mod inspect;
 mod mount;
 mod mount_options;
 mod mount_setup;
 mod order;
 pub mod ordering;
+pub mod store_args;
 
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;

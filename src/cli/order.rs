@@ -1,8 +1,9 @@
 //! `shardfs order`: print one rank's global sample ids for one epoch, one per line, in the
 //! order its DataLoader reads them (what `rank-R/epoch-E/` lists in a mount).
 
-use super::index_samples;
+use super::dataset::Dataset;
 use super::ordering::OrderingArgs;
+use super::store_args::StoreArgs;
 use crate::order::Planner;
 use anyhow::{Context, Result};
 use std::io::Write;
@@ -10,7 +11,8 @@ use std::io::Write;
 /// Arguments of `shardfs order`.
 #[derive(Debug, clap::Args)]
 pub struct OrderArgs {
-    /// Dataset source (folder holding index.json); omit when using --stream.
+    /// Dataset source: a local path, file://, s3://, gs://, az:// or http(s):// URL of the
+    /// folder holding index.json; omit when using --stream.
     pub source: Option<String>,
     /// Ordering and world options.
     #[command(flatten)]
@@ -21,12 +23,17 @@ pub struct OrderArgs {
     /// Global rank to print.
     #[arg(long, default_value_t = 0)]
     pub rank: u64,
+    /// How to reach the object store.
+    #[command(flatten)]
+    pub store: StoreArgs,
 }
 
 /// Runs `shardfs order`.
 pub fn run(args: OrderArgs) -> Result<()> {
     let resolved = args.ordering.resolve(args.source.as_deref())?;
-    let streams = resolved.stream_specs(index_samples::shard_samples)?;
+    // Only index.json is read: the order depends on shard sample counts alone.
+    let streams = resolved
+        .stream_specs(|source| Ok(Dataset::open(source, &args.store)?.index.shard_samples()))?;
     let planner = Planner::new(
         streams,
         resolved.options.clone(),

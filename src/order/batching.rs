@@ -26,6 +26,38 @@ pub enum Work {
 }
 
 impl Work {
+    /// A rank's read order directly, when the layout allows it without modelling workers
+    /// (`random` batching over an `orig` partition: padding only trails, so the DataLoader
+    /// reads the rank's sequence in order). `None` means: use the worker model.
+    pub fn rank_read_order(&self, node: u64, rank: u64) -> Option<Vec<u64>> {
+        match self {
+            Work::Random {
+                partition: Partition::Orig(o),
+                shuffle,
+                map,
+            } => {
+                let mut out = Vec::new();
+                o.rank_sequence(node, rank, &mut out);
+                match shuffle {
+                    Some(s) => {
+                        for v in &mut out {
+                            *v = map.get(s[*v as usize]);
+                        }
+                    }
+                    None => {
+                        if let SampleMap::Table(_) = map {
+                            for v in &mut out {
+                                *v = map.get(*v);
+                            }
+                        }
+                    }
+                }
+                Some(out)
+            }
+            _ => None,
+        }
+    }
+
     /// The array's shape.
     pub fn shape(&self) -> Shape {
         match self {
@@ -375,6 +407,58 @@ fn unreachable_random() -> Result<Work, OrderError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The direct read order of an orig rank equals the DataLoader model over its workers.
+    #[test]
+    fn orig_fast_path_equals_worker_model() {
+        let mut rng = NumpyRng::new(5);
+        let mut checked = 0;
+        for _ in 0..3000 {
+            let mut draw = |lo: i64, hi: i64| rng.integers(lo, hi).unwrap() as u64;
+            let (n, c, p, r, w, b) = (
+                draw(1, 300),
+                draw(1, 9),
+                draw(1, 9),
+                draw(1, 5),
+                draw(1, 4),
+                draw(1, 7),
+            );
+            let d = if draw(0, 2) == 0 {
+                0
+            } else {
+                draw(0, n as i64 + 1)
+            };
+            let Ok(o) = crate::order::partition::Orig::new(n, c, p, r, w, b, d) else {
+                continue;
+            };
+            let work = Work::Random {
+                partition: Partition::Orig(o),
+                shuffle: None,
+                map: SampleMap::Identity,
+            };
+            let s = work.shape();
+            for node in 0..s.nodes {
+                for rank in 0..s.ranks {
+                    let workers: Vec<Vec<u64>> = (0..s.workers)
+                        .map(|wk| {
+                            let mut v = Vec::new();
+                            work.worker_ids(node, rank, wk, &mut v);
+                            v.retain(|&x| x != PAD);
+                            v
+                        })
+                        .collect();
+                    let model = crate::order::dataloader_order(&workers, b);
+                    assert_eq!(
+                        work.rank_read_order(node, rank).unwrap(),
+                        model,
+                        "n={n} c={c} p={p} r={r} w={w} b={b} d={d}"
+                    );
+                    checked += 1;
+                }
+            }
+        }
+        assert!(checked > 1000);
+    }
 
     #[test]
     fn labels_take_batches_in_order() {

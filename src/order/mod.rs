@@ -394,6 +394,11 @@ impl Planner {
                 continue;
             }
             let (pnode, plocal) = (prank / rpn, prank % rpn);
+            if let Some(order) = work.rank_read_order(pnode, plocal) {
+                done.push((prank, out.len()));
+                out.push(order);
+                continue;
+            }
             let mut workers = Vec::with_capacity(self.world.workers_per_rank as usize);
             for w in 0..self.world.workers_per_rank {
                 buf.clear();

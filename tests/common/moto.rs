@@ -102,9 +102,20 @@ fn start() -> Option<Moto> {
 impl Moto {
     /// Creates `bucket` and uploads every file under `dir` to `prefix/<relative path>` with boto3.
     pub fn upload_dir(&self, bucket: &str, prefix: &str, dir: &Path) {
+        self.upload(bucket, prefix, dir, false)
+    }
+
+    /// Like [`Moto::upload_dir`], with `public-read` ACLs so anonymous (unsigned and plain
+    /// HTTP) requests may read the objects.
+    pub fn upload_dir_public(&self, bucket: &str, prefix: &str, dir: &Path) {
+        self.upload(bucket, prefix, dir, true)
+    }
+
+    fn upload(&self, bucket: &str, prefix: &str, dir: &Path, public: bool) {
         let script = r#"
 import os, sys, boto3
-endpoint, bucket, prefix, root = sys.argv[1:5]
+endpoint, bucket, prefix, root, public = sys.argv[1:6]
+extra = {"ACL": "public-read"} if public == "1" else {}
 s3 = boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1",
                   aws_access_key_id="test", aws_secret_access_key="test")
 try:
@@ -116,11 +127,12 @@ for d, _, files in os.walk(root):
         full = os.path.join(d, f)
         rel = os.path.relpath(full, root).replace(os.sep, "/")
         key = f"{prefix}/{rel}" if prefix else rel
-        s3.upload_file(full, bucket, key)
+        s3.upload_file(full, bucket, key, ExtraArgs=extra)
 "#;
         let mut child = Command::new(python())
             .args(["-c", script, &self.endpoint, bucket, prefix])
             .arg(dir)
+            .arg(if public { "1" } else { "0" })
             .env_remove("AWS_CA_BUNDLE")
             .stdin(Stdio::null())
             .spawn()

@@ -156,15 +156,71 @@ impl Orig {
         } else {
             col
         };
-        let start = row * self.n / self.c;
+        let (start, short) = self.row_start(row);
         let mut v = start + col;
-        if col == self.s - 1 {
-            let stop = (row + 1) * self.n / self.c;
-            if stop - start < self.s {
-                v -= 1;
-            }
+        if col == self.s - 1 && short {
+            v -= 1;
         }
         v
+    }
+
+    /// First id of canonical row `row`, and whether the row is shorter than S.
+    #[inline]
+    fn row_start(&self, row: u64) -> (u64, bool) {
+        let start = (u128::from(row) * u128::from(self.n) / u128::from(self.c)) as u64;
+        let stop = (u128::from(row + 1) * u128::from(self.n) / u128::from(self.c)) as u64;
+        (start, stop - start < self.s)
+    }
+
+    /// Appends a rank's sequence (its real slots, in read order, without the trailing -1
+    /// padding) to `out`. Upstream's DataLoader reads an `orig` rank exactly in this order:
+    /// padding only ever trails, so worker batches interleave back into the sequence.
+    ///
+    /// The sequence walks T with stride P·R, so rows and columns advance incrementally; this
+    /// is the hot loop of plan generation.
+    pub fn rank_sequence(&self, node: u64, rank: u64, out: &mut Vec<u64>) {
+        out.reserve(self.per_rank as usize);
+        // Slots whose node-sequence index is below M come straight from T.
+        let main = if rank < self.m {
+            ((self.m - rank - 1) / self.r + 1).min(self.per_rank)
+        } else {
+            0
+        };
+        const MAX_TABLE: u64 = 1 << 22;
+        if self.degenerate || self.c > MAX_TABLE {
+            for i in 0..main {
+                out.push(self.rank_seq(node, rank, i));
+            }
+        } else {
+            let rows: Vec<(u64, bool)> = (0..self.c).map(|r| self.row_start(r)).collect();
+            let t0 = node + self.p * rank + self.drop;
+            let stride = self.p * self.r;
+            let (row_step, col_step) = (stride % self.c, stride / self.c);
+            let (mut row, mut col) = (t0 % self.c, t0 / self.c);
+            let last = self.s - 1;
+            for _ in 0..main {
+                let c = if self.pad != 0 && col >= self.s {
+                    if self.pad_broadcast {
+                        self.pad_src
+                    } else {
+                        self.pad_src + (col - self.s)
+                    }
+                } else {
+                    col
+                };
+                let (start, short) = rows[row as usize];
+                out.push(start + c - u64::from(c == last && short));
+                row += row_step;
+                col += col_step;
+                if row >= self.c {
+                    row -= self.c;
+                    col += 1;
+                }
+            }
+        }
+        for i in main..self.per_rank {
+            out.push(self.rank_seq(node, rank, i));
+        }
     }
 
     /// Element t of the global sequence T (after dropping).

@@ -1,0 +1,31 @@
+//! Flags that say how to reach the object store; flattened into every command that takes a
+//! SOURCE (`inspect`, `cat`, `mount`).
+
+use crate::store::StoreOptions;
+
+/// How to reach the object store holding SOURCE.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct StoreArgs {
+    /// S3-compatible endpoint, e.g. http://127.0.0.1:9000 (default: AWS_ENDPOINT_URL, then
+    /// S3_ENDPOINT_URL, else AWS). Requests use path-style addressing.
+    #[arg(long, value_name = "URL")]
+    pub endpoint_url: Option<String>,
+    /// S3 region (default: AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else us-east-1).
+    #[arg(long, value_name = "REGION")]
+    pub region: Option<String>,
+    /// Send unsigned requests (public buckets); no credentials are looked up.
+    #[arg(long)]
+    pub no_sign_request: bool,
+}
+
+impl StoreArgs {
+    /// The store options these flags ask for (everything else at its default).
+    pub fn options(&self) -> StoreOptions {
+        StoreOptions {
+            endpoint_url: self.endpoint_url.clone(),
+            region: self.region.clone(),
+            no_sign_request: self.no_sign_request,
+            ..StoreOptions::default()
+        }
+    }
+}
