@@ -109,6 +109,12 @@ impl Drop for Mount {
             .ok()
             .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
             .and_then(|v| v["pid"].as_u64());
+        let mounted = std::fs::read_to_string("/proc/self/mountinfo")
+            .map(|m| m.contains(self.mnt.to_str().unwrap_or("")))
+            .unwrap_or(false);
+        if !mounted {
+            return;
+        }
         let ok = Command::new(bin())
             .arg("unmount")
             .arg(&self.mnt)
