@@ -267,3 +267,53 @@ fn huge_dataset_resolves_without_materialising() {
     );
     assert!(path(&v, "samples/000000001.a.bin").is_ok());
 }
+
+mod model {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(24))]
+        /// Random folders, page sizes and byte ranges against the model: listing in pages
+        /// equals the model's names in order, and every read returns the model's bytes.
+        #[test]
+        fn vfs_matches_the_model(
+            n in 1u64..300,
+            world in 1u64..5,
+            epoch in 0u64..4,
+            page in 1usize..40,
+            reads in proptest::collection::vec((0u64..300, 0u32..3, 0u64..8, 1u32..8), 1..30),
+        ) {
+            let rank = world - 1;
+            let v = vfs(n, vec![rank], world, None);
+            let dir = path(&v, &format!("rank-{rank}/epoch-{epoch}")).unwrap();
+            let order = model_order(n, world, rank, epoch);
+            let names: Vec<String> = list(&v, dir.ino, page).into_iter().skip(2).map(|e| e.name).collect();
+            let cols = ["a.bin", "b.c.txt", "z.npy"];
+            let want: Vec<String> = order
+                .iter()
+                .enumerate()
+                .flat_map(|(p, &s)| (0..=(s % 3) as usize).map(move |c| format!("{p:08}.{}", cols[c])))
+                .collect();
+            prop_assert_eq!(&names, &want);
+            for (p, c, off, len) in reads {
+                let Some(&s) = order.get(p as usize) else { continue };
+                let name = format!("{p:08}.{}", cols[c as usize]);
+                match v.lookup(dir.ino, &name) {
+                    Ok(a) => {
+                        prop_assert!(u64::from(c) <= s % 3);
+                        let full = Memory::bytes(s, c);
+                        prop_assert_eq!(a.size, full.len() as u64);
+                        let start = (off as usize).min(full.len());
+                        let end = (start + len as usize).min(full.len());
+                        prop_assert_eq!(v.read(a.ino, off, len).unwrap(), full[start..end].to_vec());
+                    }
+                    Err(e) => {
+                        prop_assert!(u64::from(c) > s % 3);
+                        prop_assert_eq!(e.errno(), libc::ENOENT);
+                    }
+                }
+            }
+        }
+    }
+}
