@@ -608,3 +608,123 @@ mod crash {
         assert_eq!(cache.stats().shards_fetched as usize, n - 3);
     }
 }
+
+mod model {
+    //! Reference-model test: random gets (held or dropped), releases, evictions and sample
+    //! reads applied to a real cache and to a tiny model (a map, a budget, an LRU clock);
+    //! after every step the resident set, usage, pins, files on disk and bytes must agree.
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Get { shard: usize, hold: bool },
+        Release(usize),
+        Evict(usize),
+        Sample { shard: usize, i: u32 },
+    }
+
+    fn op(shards: usize) -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..shards, any::<bool>()).prop_map(|(shard, hold)| Op::Get { shard, hold }),
+            2 => (0..8usize).prop_map(Op::Release),
+            1 => (0..shards).prop_map(Op::Evict),
+            2 => (0..shards, 0..200u32).prop_map(|(shard, i)| Op::Sample { shard, i }),
+        ]
+    }
+
+    #[derive(Default)]
+    struct Model {
+        resident: BTreeMap<usize, u64>, // shard -> last use
+        clock: u64,
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        #[test]
+        fn the_cache_matches_a_map_with_a_budget(ops in proptest::collection::vec(op(11), 1..40), budget in 2u64..5) {
+            let ds = fixtures().join("mds/basic");
+            let tmp = tempfile::tempdir().unwrap();
+            let dataset = Arc::new(Dataset::load(ds.to_str().unwrap(), &StoreOptions::default()).unwrap());
+            let index = dataset.index().clone();
+            let sizes: Vec<u64> = index.shards().iter().map(|s| s.raw.bytes).collect();
+            let limit = sizes.iter().max().unwrap() * budget;
+            let cache = ShardCache::open(dataset, CacheOptions { cache_limit: Some(limit), memory_limit: 0, ..opts(tmp.path()) }).unwrap();
+            let mut model = Model::default();
+            let mut held: Vec<shardfs::cache::ShardHandle> = Vec::new();
+            for op in ops {
+                let pinned: BTreeSet<usize> = held.iter().map(|h| h.shard()).collect();
+                match op {
+                    Op::Get { shard, hold } => {
+                        model.clock += 1;
+                        let expect_ok = if model.resident.contains_key(&shard) {
+                            true
+                        } else {
+                            // Evict LRU unpinned shards until it fits, as the cache must.
+                            let usage = |m: &Model| m.resident.keys().map(|s| sizes[*s]).sum::<u64>();
+                            while usage(&model) + sizes[shard] > limit {
+                                let victim = model.resident.iter().filter(|(s, _)| !pinned.contains(s)).min_by_key(|(s, t)| (**t, **s)).map(|(s, _)| *s);
+                                match victim {
+                                    Some(v) => { model.resident.remove(&v); }
+                                    None => break,
+                                }
+                            }
+                            usage(&model) + sizes[shard] <= limit
+                        };
+                        let got = cache.get(shard);
+                        prop_assert_eq!(got.is_ok(), expect_ok, "get {} -> {:?}", shard, got.as_ref().err());
+                        if let Ok(h) = got {
+                            model.resident.insert(shard, model.clock);
+                            if hold { held.push(h); }
+                        } else {
+                            let full = matches!(got, Err(CacheError::Full { .. }));
+                            prop_assert!(full, "expected a Full error");
+                        }
+                    }
+                    Op::Release(k) => {
+                        if !held.is_empty() {
+                            let k = k % held.len();
+                            held.swap_remove(k);
+                        }
+                    }
+                    Op::Evict(shard) => {
+                        let expect = model.resident.contains_key(&shard) && !pinned.contains(&shard);
+                        prop_assert_eq!(cache.evict(shard), expect);
+                        if expect { model.resident.remove(&shard); }
+                    }
+                    Op::Sample { shard, i } => {
+                        if let Some(h) = held.iter().find(|h| h.shard() == shard) {
+                            let n = index.shards()[shard].samples;
+                            let raw = std::fs::read(ds.join(&index.shards()[shard].raw.basename)).unwrap();
+                            let header = mds::ShardHeader::parse(&raw).unwrap();
+                            match h.sample(i) {
+                                Ok(b) => {
+                                    let r = header.sample_range(i).unwrap();
+                                    prop_assert_eq!(&b[..], &raw[r.start as usize..r.end as usize]);
+                                }
+                                Err(e) => prop_assert!(i >= n, "sample {} of {}: {}", i, n, e),
+                            }
+                        }
+                    }
+                }
+                // Invariants after every step.
+                let st = cache.stats();
+                let want: BTreeSet<usize> = model.resident.keys().copied().collect();
+                let have: BTreeSet<usize> = (0..sizes.len()).filter(|s| cache.is_resident(*s)).collect();
+                prop_assert_eq!(&have, &want);
+                prop_assert_eq!(st.usage_bytes, want.iter().map(|s| sizes[*s]).sum::<u64>());
+                prop_assert!(st.usage_bytes <= limit);
+                for s in 0..sizes.len() {
+                    let p = cache.shard_path(s).unwrap();
+                    prop_assert_eq!(p.exists(), want.contains(&s), "file of shard {}", s);
+                }
+                for h in &held {
+                    prop_assert!(want.contains(&h.shard()), "pinned shard {} was evicted", h.shard());
+                }
+                let pinned_now: BTreeSet<usize> = held.iter().map(|h| h.shard()).collect();
+                prop_assert_eq!(st.pinned_shards as usize, pinned_now.len());
+            }
+        }
+    }
+}
