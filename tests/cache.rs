@@ -503,3 +503,228 @@ fn custom_eviction_policies_choose_among_unpinned_shards() {
             && cache.is_resident(5)
     );
 }
+
+mod crash {
+    //! `kill -9` in the middle of a download: the next run keeps every complete shard and
+    //! refetches only the interrupted one. The child is this test binary re-run on an
+    //! ignored test that fills a cache from the in-process S3 server of the parent.
+    use super::*;
+    use crate::common::s3s_server::{FakeS3, ServerFault, ACCESS_KEY, SECRET_KEY};
+    use std::io::{BufRead, BufReader};
+    use std::process::{Command, Stdio};
+
+    fn options(endpoint: &str) -> StoreOptions {
+        let mut o = s3_options(endpoint);
+        o.credentials = Some(store::StaticCredentials {
+            access_key_id: ACCESS_KEY.into(),
+            secret_access_key: SECRET_KEY.into(),
+            session_token: None,
+        });
+        o
+    }
+
+    /// The child: fills the cache shard by shard, printing each completed shard.
+    #[test]
+    #[ignore = "run by the kill -9 test as a child process"]
+    fn child_fills_the_cache() {
+        let (Ok(endpoint), Ok(dir)) = (
+            std::env::var("SHARDFS_CRASH_ENDPOINT"),
+            std::env::var("SHARDFS_CRASH_CACHE"),
+        ) else {
+            return;
+        };
+        let dataset = Arc::new(Dataset::load("s3://bkt/basic", &options(&endpoint)).unwrap());
+        let cache = ShardCache::open(dataset, opts(Path::new(&dir))).unwrap();
+        for s in 0..cache.dataset().index().shards().len() {
+            cache.get(s).unwrap();
+            println!("filled {s}");
+        }
+    }
+
+    #[test]
+    fn a_killed_fill_is_refetched_and_complete_shards_are_kept() {
+        let server = FakeS3::start();
+        let ds = fixtures().join("mds/basic");
+        server.put_dir("bkt", "basic", &ds);
+        // Shard 3 crawls at 2 KiB/s (~13 s for its 27 KB), so the child is surely mid-download.
+        server.inject(
+            ServerFault::Bandwidth(2048),
+            Some("basic/shard.00003.mds"),
+            None,
+        );
+        let tmp = tempfile::tempdir().unwrap();
+        let mut child = Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "cache::crash::child_fills_the_cache",
+                "--ignored",
+                "--nocapture",
+                "--test-threads=1",
+            ])
+            .env("SHARDFS_CRASH_ENDPOINT", &server.endpoint)
+            .env("SHARDFS_CRASH_CACHE", tmp.path())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        // The test harness prints its own lines around ours; wait for "filled 2".
+        let mut filled = Vec::new();
+        while filled.len() < 3 {
+            let line = lines.next().expect("child ended early").unwrap();
+            if let Some(pos) = line.find("filled ") {
+                filled.push(line[pos + 7..].trim().to_string());
+            }
+        }
+        assert_eq!(filled, ["0", "1", "2"]);
+        // Wait until the body of shard 3 is streaming, then kill -9.
+        let deadline = std::time::Instant::now() + Duration::from_secs(20);
+        while server.seen("basic/shard.00003.mds").gets == 0 {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "child never requested shard 3"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill(2) on the pid of a child we spawned and have not reaped.
+        assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGKILL) }, 0);
+        let status = child.wait().unwrap();
+        assert!(!status.success());
+
+        // The next run: shards 0..3 are adopted, shard 3 is fetched again, once.
+        server.clear_faults();
+        let dataset =
+            Arc::new(Dataset::load("s3://bkt/basic", &options(&server.endpoint)).unwrap());
+        let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+        let n = cache.dataset().index().shards().len();
+        assert_eq!(cache.stats().resident_shards, 3);
+        check_every_sample(&cache, &ds);
+        for s in 0..n {
+            let gets = server.seen(&format!("basic/shard.{s:05}.mds")).gets;
+            let want = if s == 3 { 2 } else { 1 };
+            assert_eq!(gets, want, "shard {s}: whole-object GETs over both runs");
+        }
+        assert_eq!(cache.stats().shards_fetched as usize, n - 3);
+    }
+}
+
+mod model {
+    //! Reference-model test: random gets (held or dropped), releases, evictions and sample
+    //! reads applied to a real cache and to a tiny model (a map, a budget, an LRU clock);
+    //! after every step the resident set, usage, pins, files on disk and bytes must agree.
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::{BTreeMap, BTreeSet};
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Get { shard: usize, hold: bool },
+        Release(usize),
+        Evict(usize),
+        Sample { shard: usize, i: u32 },
+    }
+
+    fn op(shards: usize) -> impl Strategy<Value = Op> {
+        prop_oneof![
+            4 => (0..shards, any::<bool>()).prop_map(|(shard, hold)| Op::Get { shard, hold }),
+            2 => (0..8usize).prop_map(Op::Release),
+            1 => (0..shards).prop_map(Op::Evict),
+            2 => (0..shards, 0..200u32).prop_map(|(shard, i)| Op::Sample { shard, i }),
+        ]
+    }
+
+    #[derive(Default)]
+    struct Model {
+        resident: BTreeMap<usize, u64>, // shard -> last use
+        clock: u64,
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+        #[test]
+        fn the_cache_matches_a_map_with_a_budget(ops in proptest::collection::vec(op(11), 1..40), budget in 2u64..5) {
+            let ds = fixtures().join("mds/basic");
+            let tmp = tempfile::tempdir().unwrap();
+            let dataset = Arc::new(Dataset::load(ds.to_str().unwrap(), &StoreOptions::default()).unwrap());
+            let index = dataset.index().clone();
+            let sizes: Vec<u64> = index.shards().iter().map(|s| s.raw.bytes).collect();
+            let limit = sizes.iter().max().unwrap() * budget;
+            let cache = ShardCache::open(dataset, CacheOptions { cache_limit: Some(limit), memory_limit: 0, ..opts(tmp.path()) }).unwrap();
+            let mut model = Model::default();
+            let mut held: Vec<shardfs::cache::ShardHandle> = Vec::new();
+            for op in ops {
+                let pinned: BTreeSet<usize> = held.iter().map(|h| h.shard()).collect();
+                match op {
+                    Op::Get { shard, hold } => {
+                        model.clock += 1;
+                        let expect_ok = if model.resident.contains_key(&shard) {
+                            true
+                        } else {
+                            // Evict LRU unpinned shards until it fits, as the cache must.
+                            let usage = |m: &Model| m.resident.keys().map(|s| sizes[*s]).sum::<u64>();
+                            while usage(&model) + sizes[shard] > limit {
+                                let victim = model.resident.iter().filter(|(s, _)| !pinned.contains(s)).min_by_key(|(s, t)| (**t, **s)).map(|(s, _)| *s);
+                                match victim {
+                                    Some(v) => { model.resident.remove(&v); }
+                                    None => break,
+                                }
+                            }
+                            usage(&model) + sizes[shard] <= limit
+                        };
+                        let got = cache.get(shard);
+                        prop_assert_eq!(got.is_ok(), expect_ok, "get {} -> {:?}", shard, got.as_ref().err());
+                        if let Ok(h) = got {
+                            model.resident.insert(shard, model.clock);
+                            if hold { held.push(h); }
+                        } else {
+                            let full = matches!(got, Err(CacheError::Full { .. }));
+                            prop_assert!(full, "expected a Full error");
+                        }
+                    }
+                    Op::Release(k) => {
+                        if !held.is_empty() {
+                            let k = k % held.len();
+                            held.swap_remove(k);
+                        }
+                    }
+                    Op::Evict(shard) => {
+                        let expect = model.resident.contains_key(&shard) && !pinned.contains(&shard);
+                        prop_assert_eq!(cache.evict(shard), expect);
+                        if expect { model.resident.remove(&shard); }
+                    }
+                    Op::Sample { shard, i } => {
+                        if let Some(h) = held.iter().find(|h| h.shard() == shard) {
+                            let n = index.shards()[shard].samples;
+                            let raw = std::fs::read(ds.join(&index.shards()[shard].raw.basename)).unwrap();
+                            let header = mds::ShardHeader::parse(&raw).unwrap();
+                            match h.sample(i) {
+                                Ok(b) => {
+                                    let r = header.sample_range(i).unwrap();
+                                    prop_assert_eq!(&b[..], &raw[r.start as usize..r.end as usize]);
+                                }
+                                Err(e) => prop_assert!(i >= n, "sample {} of {}: {}", i, n, e),
+                            }
+                        }
+                    }
+                }
+                // Invariants after every step.
+                let st = cache.stats();
+                let want: BTreeSet<usize> = model.resident.keys().copied().collect();
+                let have: BTreeSet<usize> = (0..sizes.len()).filter(|s| cache.is_resident(*s)).collect();
+                prop_assert_eq!(&have, &want);
+                prop_assert_eq!(st.usage_bytes, want.iter().map(|s| sizes[*s]).sum::<u64>());
+                prop_assert!(st.usage_bytes <= limit);
+                for s in 0..sizes.len() {
+                    let p = cache.shard_path(s).unwrap();
+                    prop_assert_eq!(p.exists(), want.contains(&s), "file of shard {}", s);
+                }
+                for h in &held {
+                    prop_assert!(want.contains(&h.shard()), "pinned shard {} was evicted", h.shard());
+                }
+                let pinned_now: BTreeSet<usize> = held.iter().map(|h| h.shard()).collect();
+                prop_assert_eq!(st.pinned_shards as usize, pinned_now.len());
+            }
+        }
+    }
+}

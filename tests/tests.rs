@@ -3,5 +3,6 @@
 mod cache;
 mod common;
 mod mds;
+mod mount;
 mod order;
 mod store;

@@ -39,7 +39,9 @@ fuzz_target!(|data: &[u8]| {
             let (Ok(b), Ok(e)) = (usize::try_from(r.start), usize::try_from(r.end)) else {
                 continue;
             };
-            let Some(sample) = rest.get(b..e) else { continue };
+            let Some(sample) = rest.get(b..e) else {
+                continue;
+            };
             if let Ok(ranges) = mds::split_sample(&cols, sample) {
                 for (c, r) in cols.iter().zip(ranges) {
                     let raw = &sample[r];

@@ -210,7 +210,7 @@ impl Dataset {
             if end > raw.len() || start > end {
                 return Err(out_of_range());
             }
-            Ok(Bytes::from(raw).slice(start..end))
+            Ok(raw.slice(start..end))
         }
     }
 
@@ -218,7 +218,7 @@ impl Dataset {
     /// file's size and one known hash are checked (re-downloading up to `attempts` times on
     /// a mismatch), then it is decompressed to exactly `raw.bytes` and its header must
     /// agree with index.json. Corrupt bytes never leave this function.
-    pub fn fetch_shard(&self, shard: usize, attempts: u32) -> Result<Vec<u8>, CacheError> {
+    pub fn fetch_shard(&self, shard: usize, attempts: u32) -> Result<Bytes, CacheError> {
         let entry = self.shard(shard)?;
         let stored = entry.stored_file();
         let key = ObjectKey::new(stored.basename.clone())?;
@@ -288,13 +288,14 @@ fn check_header(
 }
 
 /// Size + hash check of the stored bytes, then decompression.
-fn verify_and_unpack(entry: &ShardEntry, check: &FileRef, bytes: &[u8]) -> Result<Vec<u8>, String> {
+fn verify_and_unpack(entry: &ShardEntry, check: &FileRef, bytes: &Bytes) -> Result<Bytes, String> {
     mds::verify_hashes(check, bytes).map_err(|e| e.to_string())?;
     match (&entry.zip, &entry.compression) {
         (Some(_), Some(c)) => mds::decompress(c, bytes, Some(entry.raw.bytes))
+            .map(Bytes::from)
             .map_err(|e| format!("decompressing: {e}")),
         (Some(_), None) => Err("index.json lists a compressed file without a compression".into()),
-        (None, _) => Ok(bytes.to_vec()),
+        (None, _) => Ok(bytes.clone()),
     }
 }
 

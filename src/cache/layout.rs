@@ -53,7 +53,9 @@ impl Layout {
             .write(true)
             .open(&lock_path)
             .map_err(|e| CacheError::io("open", &lock_path, e))?;
-        // SAFETY: flock on a descriptor we own; no memory is involved.
+        // flock(2): released when the file closes, including on kill -9. (`File::try_lock`
+        // would do, but needs Rust 1.89 and the crate declares 1.85.)
+        // SAFETY: flock on a descriptor we own and keep open; no memory is involved.
         if unsafe { libc::flock(lock.as_raw_fd(), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
             return Err(CacheError::Config(format!(
                 "cache folder {} is in use by another shardfs process for the same dataset; use a different --cache-dir",

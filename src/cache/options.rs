@@ -49,11 +49,16 @@ impl Default for CacheOptions {
 
 /// `$XDG_CACHE_HOME/shardfs`, else `$HOME/.cache/shardfs`; `/var/cache/shardfs` for root.
 pub fn default_cache_dir() -> PathBuf {
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let root = unsafe { libc::geteuid() } == 0;
+    use std::os::unix::fs::MetadataExt;
+    // /proc/self belongs to the effective uid of the process.
+    let root = std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0);
     if root {
         return PathBuf::from("/var/cache/shardfs");
     }
+    fallback_cache_dir()
+}
+
+fn fallback_cache_dir() -> PathBuf {
     if let Some(x) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         return PathBuf::from(x).join("shardfs");
     }

@@ -7,6 +7,8 @@ mod cat;
 mod dataset;
 mod inspect;
 mod mount;
+mod mount_options;
+mod mount_setup;
 mod order;
 pub mod ordering;
 pub mod store_args;
@@ -45,7 +47,7 @@ enum Command {
 
 /// Entry point of the `shardfs` binary: parse, run, and map errors to one line and exit code 1.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_from(mount_options::expand(std::env::args_os().collect()));
     init_logging(&cli.log_level);
     let result = match cli.command {
         Command::Inspect(a) => inspect::run(a),
@@ -69,5 +71,6 @@ fn init_logging(level: &str) {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .try_init();
 }

@@ -1,27 +1,227 @@
-//! `shardfs mount` / `shardfs unmount`: not yet implemented.
+//! `shardfs mount` / `shardfs unmount`: checks, background start, signals, clean unmount.
+//!
+//! Background mode re-executes this binary with `--foreground` in a new session and waits on a
+//! readiness pipe: the child writes `ok` once the FUSE handshake is done (the mount answers),
+//! or the one-line error that stopped it, so `shardfs mount` returns only when the mount is
+//! usable and fails with the child's message otherwise. The child logs to
+//! `CACHE_DIR/shardfs.log`.
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+
+use super::mount_setup::{self, MountConfig};
+
+/// Environment variable that carries the readiness pipe to the background child.
+const READY_FD_ENV: &str = "SHARDFS_READY_FD";
 
 /// Arguments of `shardfs mount`.
 #[derive(Debug, clap::Args)]
 pub struct MountArgs {
-    /// Dataset source.
-    pub source: String,
-    /// Where to mount.
-    pub mountpoint: std::path::PathBuf,
+    #[command(flatten)]
+    pub(super) config: MountConfig,
+    /// Stay in the foreground (log to stderr) instead of returning once the mount answers.
+    #[arg(long)]
+    pub foreground: bool,
+    /// Mount options as `key=value,...` (each key is the long option of the same name), for
+    /// `mount -t shardfs` and /etc/fstab.
+    #[arg(short = 'o', value_name = "KEY=VALUE,...")]
+    pub options: Vec<String>,
 }
 
 /// Arguments of `shardfs unmount`.
 #[derive(Debug, clap::Args)]
 pub struct UnmountArgs {
     /// The mountpoint to unmount.
-    pub mountpoint: std::path::PathBuf,
+    pub mountpoint: PathBuf,
 }
 
 /// Runs `shardfs mount`.
-pub fn run(_args: MountArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`shardfs mount` is not implemented yet")
+pub fn run(args: MountArgs) -> Result<()> {
+    let ready = match std::env::var(READY_FD_ENV)
+        .ok()
+        .and_then(|v| v.parse::<RawFd>().ok())
+    {
+        // SAFETY: the parent passed this descriptor to us for our exclusive use.
+        Some(fd) if fd > 2 => Some(unsafe { OwnedFd::from_raw_fd(fd) }),
+        _ => None,
+    };
+    if ready.is_some() || args.foreground {
+        std::env::remove_var(READY_FD_ENV);
+        return run_foreground(&args.config, ready);
+    }
+    start_background(&args.config)
+}
+
+fn start_background(config: &MountConfig) -> Result<()> {
+    let mut fds = [0 as RawFd; 2];
+    // SAFETY: fds is a valid array of two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        bail!("cannot create a pipe: {}", std::io::Error::last_os_error());
+    }
+    // SAFETY: pipe2 returned two fresh descriptors that we now own.
+    let (read_end, write_end) =
+        unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let cache_dir = config.cache_dir();
+    std::fs::create_dir_all(&cache_dir)
+        .with_context(|| format!("cannot create cache dir {}", cache_dir.display()))?;
+    let log_path = cache_dir.join("shardfs.log");
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log_path)
+        .with_context(|| format!("cannot open log file {}", log_path.display()))?;
+    let exe = std::env::current_exe().context("cannot find the shardfs executable")?;
+    let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    args.push("--foreground".into());
+    let child_fd = fds[1];
+    let mut cmd = Command::new(exe);
+    cmd.args(args)
+        .env(READY_FD_ENV, child_fd.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(log);
+    // SAFETY: only async-signal-safe calls (setsid, fcntl) run between fork and exec.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            libc::setsid();
+            let flags = libc::fcntl(child_fd, libc::F_GETFD);
+            if flags < 0 || libc::fcntl(child_fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = cmd
+        .spawn()
+        .context("cannot start the background shardfs process")?;
+    drop(write_end);
+    let mut msg = String::new();
+    let _ = std::fs::File::from(read_end).read_to_string(&mut msg);
+    let msg = msg.trim();
+    if msg == "ok" {
+        return Ok(());
+    }
+    let status = child.wait().ok();
+    if let Some(err) = msg.strip_prefix("error: ") {
+        bail!("{err}");
+    }
+    bail!(
+        "the background shardfs process exited ({}) before the mount was ready; see {}",
+        status
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "unknown status".into()),
+        log_path.display()
+    )
+}
+
+fn tell(ready: &mut Option<OwnedFd>, msg: &str) {
+    if let Some(fd) = ready.take() {
+        let mut f = std::fs::File::from(fd);
+        let _ = f.write_all(msg.as_bytes());
+    }
+}
+
+fn run_foreground(config: &MountConfig, mut ready: Option<OwnedFd>) -> Result<()> {
+    // Block the termination signals in every thread (threads inherit the mask); one thread
+    // waits for them and unmounts, which ends the serving loop cleanly.
+    let signals = block_signals();
+    let mounted = mount_setup::check_and_mount(config);
+    let mut mounted = match mounted {
+        Ok(m) => m,
+        Err(e) => {
+            tell(&mut ready, &format!("error: {e:#}\n"));
+            return Err(e);
+        }
+    };
+    let mut unmounter = mounted.unmounter();
+    let mountpoint = config.mountpoint().to_path_buf();
+    std::thread::Builder::new()
+        .name("signals".into())
+        .spawn(move || {
+            let mut sig: libc::c_int = 0;
+            // SAFETY: `signals` is an initialised set; sig is a valid out-pointer.
+            if unsafe { libc::sigwait(&signals, &mut sig) } == 0 {
+                tracing::info!(signal = sig, mountpoint = %mountpoint.display(), "unmounting on signal");
+                if let Err(e) = unmounter.unmount() {
+                    tracing::error!(error = %e, "unmount failed");
+                }
+            }
+        })
+        .context("cannot start the signal thread")?;
+    tracing::info!(mountpoint = %config.mountpoint().display(), "mounted");
+    tell(&mut ready, "ok\n");
+    mounted
+        .serve()
+        .context("FUSE session ended with an error")?;
+    tracing::info!("unmounted, exiting");
+    Ok(())
+}
+
+fn block_signals() -> libc::sigset_t {
+    // SAFETY: sigset_t is plain data; the libc calls only initialise and apply it.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        for s in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            libc::sigaddset(&mut set, s);
+        }
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
 }
 
 /// Runs `shardfs unmount`.
-pub fn run_unmount(_args: UnmountArgs) -> anyhow::Result<()> {
-    anyhow::bail!("`shardfs unmount` is not implemented yet")
+pub fn run_unmount(args: UnmountArgs) -> Result<()> {
+    let p = &args.mountpoint;
+    if !is_mountpoint(p) {
+        bail!("{} is not a mounted filesystem", p.display());
+    }
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        use std::os::unix::ffi::OsStrExt;
+        let c = std::ffi::CString::new(p.as_os_str().as_bytes())
+            .context("mountpoint contains a NUL byte")?;
+        // SAFETY: c is a valid NUL-terminated path.
+        if unsafe { libc::umount2(c.as_ptr(), 0) } != 0 {
+            let e = std::io::Error::last_os_error();
+            if e.raw_os_error() == Some(libc::EBUSY) {
+                bail!(
+                    "{} is busy (files are open or a process works in it)",
+                    p.display()
+                );
+            }
+            bail!("cannot unmount {}: {e}", p.display());
+        }
+        return Ok(());
+    }
+    let out = Command::new("fusermount3")
+        .arg("-u")
+        .arg(p)
+        .output()
+        .context("cannot run fusermount3 (install the fuse3 package)")?;
+    if !out.status.success() {
+        bail!(
+            "cannot unmount {}: {}",
+            p.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+    }
+    Ok(())
+}
+
+/// Whether `p` is the mount point of a mounted filesystem (per /proc/self/mountinfo).
+pub(super) fn is_mountpoint(p: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let target = abs.to_string_lossy().replace(' ', "\\040");
+    info.lines()
+        .any(|l| l.split(' ').nth(4) == Some(target.trim_end_matches('/')))
 }

@@ -1,1 +1,349 @@
-//! `fuse`: not yet implemented (see DESIGN.md §2).
+//! `fuse`: the only module that speaks FUSE. It forwards kernel requests to [`Vfs`] and sets
+//! the kernel options that make a read-only, never-changing tree fast.
+//!
+//! Why these options (DESIGN.md §4): metadata never changes while mounted, so entries and
+//! attributes get a long TTL and page-cache contents are kept across opens (`FOPEN_KEEP_CACHE`,
+//! which the kernel applies by itself once `OPEN` answers `ENOSYS`, i.e. `FUSE_NO_OPEN_SUPPORT`:
+//! no OPEN/RELEASE round trips per sample file). Reads are large (`max_pages` at the kernel's
+//! maximum, up to 1 MiB per request), many are in flight (`max_background`), several threads
+//! each with a cloned `/dev/fuse` descriptor serve them, and listings come with attributes
+//! (READDIRPLUS) where attributes are known without fetching. `status.json` is the one file
+//! whose content changes: it has a zero TTL and a fresh mtime on every `getattr`, and
+//! `FUSE_AUTO_INVAL_DATA` makes the kernel drop its cached pages when the mtime moves.
+
+use std::ffi::OsStr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, UNIX_EPOCH};
+
+use fuser::{
+    Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags,
+    KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEntry, ReplyOpen, Request, SessionACL,
+};
+
+use crate::vfs::{Attr, Ino, Kind, Vfs, VfsError};
+
+/// TTL of entries and attributes that never change.
+const LONG_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
+
+/// Mount settings of the FUSE session.
+#[derive(Clone, Debug)]
+pub struct FuseOptions {
+    /// Let other users read the mount (`allow_other`).
+    pub allow_other: bool,
+    /// Threads serving kernel requests.
+    pub threads: usize,
+    /// Name shown as the mount's source in `/proc/mounts`.
+    pub fs_name: String,
+}
+
+/// Errors of the FUSE layer.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum FuseError {
+    /// The kernel refused the mount or the session failed.
+    #[error("FUSE session at {path}: {source}")]
+    Session {
+        /// The mountpoint.
+        path: String,
+        /// The underlying error.
+        source: std::io::Error,
+    },
+}
+
+/// A mounted, initialised session that has not started serving yet.
+pub struct Mounted {
+    session: fuser::Session<Adapter>,
+    path: String,
+}
+
+/// Unmounts a running session from another thread (e.g. on SIGTERM).
+pub struct Unmounter(fuser::SessionUnmounter);
+
+impl Unmounter {
+    /// Unmounts; the serving loop then returns.
+    pub fn unmount(&mut self) -> std::io::Result<()> {
+        self.0.unmount()
+    }
+}
+
+/// Mounts `vfs` at `mountpoint` and completes the FUSE handshake: when this returns the mount
+/// answers requests as soon as [`Mounted::serve`] runs.
+pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &FuseOptions) -> Result<Mounted, FuseError> {
+    let mut config = fuser::Config::default();
+    config.mount_options = vec![
+        MountOption::RO,
+        MountOption::NoDev,
+        MountOption::NoSuid,
+        MountOption::NoAtime,
+        MountOption::FSName(opts.fs_name.clone()),
+        MountOption::Subtype("shardfs".into()),
+    ];
+    if opts.allow_other {
+        config.acl = SessionACL::All;
+    }
+    config.n_threads = Some(opts.threads.max(1));
+    config.clone_fd = true;
+    let path = mountpoint.display().to_string();
+    let session = fuser::Session::new(Adapter { vfs }, mountpoint, &config).map_err(|source| {
+        FuseError::Session {
+            path: path.clone(),
+            source,
+        }
+    })?;
+    Ok(Mounted { session, path })
+}
+
+impl Mounted {
+    /// A handle that unmounts from another thread.
+    pub fn unmounter(&mut self) -> Unmounter {
+        Unmounter(self.session.unmount_callable())
+    }
+
+    /// Serves requests until the filesystem is unmounted.
+    pub fn serve(self) -> Result<(), FuseError> {
+        let path = self.path;
+        self.session
+            .run()
+            .map_err(|source| FuseError::Session { path, source })
+    }
+}
+
+struct Adapter {
+    vfs: Arc<Vfs>,
+}
+
+fn errno(e: &VfsError) -> Errno {
+    Errno::from_i32(e.errno())
+}
+
+fn file_attr(a: &Attr) -> FileAttr {
+    let (kind, nlink) = match a.kind {
+        Kind::Dir => (FileType::Directory, 2),
+        Kind::File => (FileType::RegularFile, 1),
+    };
+    // SAFETY: getuid/getgid have no preconditions and cannot fail.
+    let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+    FileAttr {
+        ino: INodeNo(a.ino.0),
+        size: a.size,
+        blocks: a.size.div_ceil(512),
+        atime: a.mtime,
+        mtime: a.mtime,
+        ctime: a.mtime,
+        crtime: UNIX_EPOCH,
+        kind,
+        perm: a.perm,
+        nlink,
+        uid,
+        gid,
+        rdev: 0,
+        flags: 0,
+        blksize: 1 << 20,
+    }
+}
+
+fn ttl(a: &Attr) -> Duration {
+    if a.immutable {
+        LONG_TTL
+    } else {
+        Duration::ZERO
+    }
+}
+
+impl Filesystem for Adapter {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let wanted = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_NO_OPEN_SUPPORT
+            | InitFlags::FUSE_NO_OPENDIR_SUPPORT
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_AUTO_INVAL_DATA
+            | InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_MAX_PAGES;
+        let supported = config.capabilities() & wanted;
+        if let Err(unsupported) = config.add_capabilities(supported) {
+            tracing::debug!(?unsupported, "kernel lacks some FUSE capabilities");
+        }
+        let _ = config
+            .set_max_readahead(u32::MAX)
+            .or_else(|max| config.set_max_readahead(max));
+        let _ = config
+            .set_max_background(256)
+            .or_else(|max| config.set_max_background(max));
+        let _ = config.set_congestion_threshold(192);
+        tracing::info!(abi = ?config.kernel_abi(), "FUSE session initialised");
+        Ok(())
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let Some(name) = name.to_str() else {
+            return reply.error(Errno::ENOENT);
+        };
+        match self.vfs.lookup(Ino(parent.0), name) {
+            Ok(a) => reply.entry(&ttl(&a), &file_attr(&a), Generation(0)),
+            Err(e) => {
+                if matches!(e, VfsError::NotFound) {
+                    // Negative entries never become positive while mounted.
+                    reply.error(Errno::ENOENT)
+                } else {
+                    reply.error(errno(&e))
+                }
+            }
+        }
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        match self.vfs.getattr(Ino(ino.0)) {
+            Ok(a) => reply.attr(&ttl(&a), &file_attr(&a)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn open(&self, _req: &Request, _ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
+        // Only reached when the kernel still sends OPEN: refuse writes, keep the page cache.
+        if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
+            return reply.error(Errno::EROFS);
+        }
+        reply.error(Errno::ENOSYS)
+    }
+
+    fn opendir(&self, _req: &Request, _ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        reply.error(Errno::ENOSYS)
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock_owner: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        match self.vfs.read(Ino(ino.0), offset, size) {
+            Ok(data) => reply.data(&data),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let r = self.vfs.readdir(Ino(ino.0), offset, |e| {
+            let kind = if e.kind == Kind::Dir {
+                FileType::Directory
+            } else {
+                FileType::RegularFile
+            };
+            reply.add(INodeNo(e.ino.0), e.next_offset, kind, &e.name)
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let vfs = &self.vfs;
+        let r = vfs.readdir(Ino(ino.0), offset, |e| {
+            // Sizes not yet known are not fetched for a listing: such entries get a zero TTL,
+            // so the kernel asks again (LOOKUP, exact size) when the file is used.
+            let (attr, t) = match vfs.attr_now(e.ino) {
+                Some(a) => (file_attr(&a), ttl(&a)),
+                None => {
+                    let kind = if e.kind == Kind::Dir {
+                        Kind::Dir
+                    } else {
+                        Kind::File
+                    };
+                    let placeholder = Attr {
+                        ino: e.ino,
+                        kind,
+                        size: 0,
+                        perm: if kind == Kind::Dir { 0o555 } else { 0o444 },
+                        mtime: UNIX_EPOCH,
+                        immutable: false,
+                    };
+                    (file_attr(&placeholder), Duration::ZERO)
+                }
+            };
+            reply.add(
+                INodeNo(e.ino.0),
+                e.next_offset,
+                &e.name,
+                &t,
+                &attr,
+                Generation(0),
+            )
+        });
+        match r {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn access(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        mask: fuser::AccessFlags,
+        reply: fuser::ReplyEmpty,
+    ) {
+        if mask.contains(fuser::AccessFlags::W_OK) {
+            reply.error(Errno::EROFS)
+        } else {
+            reply.ok()
+        }
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: fuser::ReplyXattr,
+    ) {
+        // No extended attributes; ENOSYS makes the kernel stop asking.
+        reply.error(Errno::ENOSYS)
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, _size: u32, reply: fuser::ReplyXattr) {
+        reply.error(Errno::ENOSYS)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn ioctl(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: fuser::IoctlFlags,
+        _cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: fuser::ReplyIoctl,
+    ) {
+        reply.error(Errno::ENOTTY)
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: fuser::ReplyStatfs) {
+        reply.statfs(0, 0, 0, 0, 0, 1 << 20, 255, 1 << 20);
+    }
+}

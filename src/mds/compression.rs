@@ -20,8 +20,10 @@ fn fail(algo: Algo, msg: impl ToString) -> MdsError {
 }
 
 /// Reads a decoder to its end, refusing more than `limit` bytes of output.
-fn read_bounded(algo: Algo, reader: impl Read, limit: u64, capacity: u64) -> Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(capacity.min(limit).min(1 << 28) as usize);
+/// `size_hint` only sizes the first allocation, which is capped so that a lying index cannot
+/// make a tiny input reserve gigabytes up front.
+fn read_bounded(algo: Algo, reader: impl Read, limit: u64, size_hint: u64) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(size_hint.min(limit).min(1 << 26) as usize);
     reader
         .take(limit.saturating_add(1))
         .read_to_end(&mut out)
@@ -39,15 +41,17 @@ fn read_bounded(algo: Algo, reader: impl Read, limit: u64, capacity: u64) -> Res
 /// (`raw_data.bytes`): output is bounded by it and must equal it.
 pub fn decompress(c: &Compression, data: &[u8], raw_len_hint: Option<u64>) -> Result<Vec<u8>> {
     let limit = raw_len_hint.unwrap_or(MAX_RAW_SHARD);
+    // Start with room for the expected size, but no more than 64x the input.
+    let hint = limit.min((data.len() as u64).saturating_mul(64));
     let algo = c.algo;
     let out = match algo {
         Algo::Zstd => {
             let dec = zstd::stream::read::Decoder::new(data).map_err(|e| fail(algo, e))?;
-            read_bounded(algo, dec, limit, limit)?
+            read_bounded(algo, dec, limit, hint)?
         }
-        Algo::Gz => read_bounded(algo, flate2::read::MultiGzDecoder::new(data), limit, limit)?,
-        Algo::Bz2 => read_bounded(algo, bzip2::read::MultiBzDecoder::new(data), limit, limit)?,
-        Algo::Br => read_bounded(algo, brotli::Decompressor::new(data, 1 << 16), limit, limit)?,
+        Algo::Gz => read_bounded(algo, flate2::read::MultiGzDecoder::new(data), limit, hint)?,
+        Algo::Bz2 => read_bounded(algo, bzip2::read::MultiBzDecoder::new(data), limit, hint)?,
+        Algo::Br => read_bounded(algo, brotli::Decompressor::new(data, 1 << 16), limit, hint)?,
         Algo::Snappy => {
             let len = snap::raw::decompress_len(data).map_err(|e| fail(algo, e))? as u64;
             if len > limit {

@@ -9,42 +9,39 @@ use std::ops::Range;
 /// Byte ranges of each column within `sample`, in column order. Errors carry offsets within
 /// the sample; the sample must be consumed exactly (the writer never leaves trailing bytes).
 pub fn split_sample(columns: &[Column], sample: &[u8]) -> Result<Vec<Range<usize>>> {
-    let mut pos = 0usize;
-    let mut sizes = Vec::with_capacity(columns.len());
+    let variable = columns.iter().filter(|c| c.size.is_none()).count();
+    let mut table = 0usize;
+    let mut pos = variable * 4;
+    let mut ranges = Vec::with_capacity(columns.len());
     for c in columns {
         let size = match c.size {
             Some(s) => s as usize,
             None => {
-                let s = u32_at(sample, pos, "column length")? as usize;
-                pos += 4;
+                let s = u32_at(sample, table, "column length")? as usize;
+                table += 4;
                 s
             }
         };
-        sizes.push(size);
-    }
-    let mut ranges = Vec::with_capacity(columns.len());
-    for (c, size) in columns.iter().zip(sizes) {
-        let end = pos
-            .checked_add(size)
-            .filter(|&e| e <= sample.len())
-            .ok_or_else(|| MdsError::Truncated {
+        let end = pos.checked_add(size).filter(|&e| e <= sample.len());
+        let Some(end) = end else {
+            if pos > sample.len() {
+                // The length table itself runs past the sample.
+                return Err(MdsError::Truncated {
+                    offset: 0,
+                    what: "column length table",
+                    need: pos as u64,
+                    have: sample.len() as u64,
+                });
+            }
+            return Err(MdsError::Corrupt {
                 offset: pos as u64,
-                what: "column bytes",
-                need: size as u64,
-                have: sample.len().saturating_sub(pos) as u64,
-            });
-        let end = end.map_err(|e| match e {
-            MdsError::Truncated {
-                offset, need, have, ..
-            } => MdsError::Corrupt {
-                offset,
                 msg: format!(
-                    "column {:?} needs {need} bytes, only {have} left in the sample",
-                    c.name
+                    "column {:?} needs {size} bytes, only {} left in the sample",
+                    c.name,
+                    sample.len() - pos
                 ),
-            },
-            e => e,
-        })?;
+            });
+        };
         ranges.push(pos..end);
         pos = end;
     }

@@ -1,1 +1,477 @@
-//! `readahead`: not yet implemented (see DESIGN.md §2).
+//! `readahead`: exact readahead from the known future of every rank this node serves.
+//!
+//! # Why exact
+//! A training job reads its rank folder in sorted order, and that order is fixed by the
+//! sampling plan before the first byte is read. So unlike a kernel or an object-store client,
+//! which must *guess* the next read from the last few, we can *look it up*: position `p` of rank
+//! `r` in epoch `e` is sample `order[e][r][p]`, which lives in one known shard. The scheduler
+//! walks each rank's order forward from where its reader is and fetches the shards it meets, in
+//! the order they will be needed, until the walk has covered the cache budget. Nothing is fetched
+//! that is not needed soon, and nothing needed soon is missing unless the store is slower than
+//! the reader.
+//!
+//! # Following readers
+//! Each served rank has a cursor: its epoch and the highest position read so far. DataLoader
+//! workers read a few batches concurrently and out of order, so a read behind the cursor is
+//! normal and ignored; a read far behind ([`JUMP_BACK`] positions) or in another epoch means the
+//! reader restarted elsewhere (a resumed job, a new epoch), and the cursor jumps there. Reads only
+//! touch atomics; when a cursor has moved [`REPLAN_STEP`] positions since the last plan, the
+//! planner thread is woken and recomputes the plan for all ranks at once.
+//!
+//! # One cache for the node
+//! The plan merges all ranks: a shard's *next use* is the smallest distance (in positions of
+//! the rank that needs it first) at which any rank will read it. Fetches are issued nearest
+//! first, deduplicated (a shard in flight is not asked for again), and bounded by
+//! [`ReadaheadOptions::max_fetches`] worker threads. Because every rank's window is planned
+//! against the same resident set, a shard read by several ranks in one epoch is fetched once
+//! while it stays cached; the cache's eviction asks [`Readahead::next_use`] and drops the
+//! resident, unpinned shard whose next use is furthest away (Belady's rule, which is optimal
+//! when the future is known; L. A. Belady, "A study of replacement algorithms for a
+//! virtual-storage computer", IBM Systems Journal 5(2), 1966). Shards no rank will read within
+//! its window have no next use and go first.
+//!
+//! # Budget
+//! Each rank's walk stops after it has met `budget_bytes / ranks` bytes of distinct shards (or
+//! [`ReadaheadOptions::max_lookahead`] positions), so the window of all ranks together fits in
+//! the cache and prefetching never evicts a shard needed before the one being fetched. The walk
+//! continues into the next epoch when the current one ends, so epoch boundaries do not stall.
+//!
+//! # Stalls
+//! A read whose shard was not resident when it arrived had to wait for a fetch: the caller
+//! reports it with [`Readahead::record_stall`], and `status.json` shows the count and time.
+
+mod orders;
+mod policy;
+
+pub use orders::{EpochOrders, OrderCache, OrderSource, RankOrder};
+pub use policy::FurthestNextUse;
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// A read this many positions behind the cursor means the reader restarted there.
+pub const JUMP_BACK: u64 = 4096;
+/// The planner is woken when a cursor moved this many positions since the last plan.
+pub const REPLAN_STEP: u64 = 16;
+/// The walk starts this many positions behind the cursor, to cover workers still reading
+/// earlier batches.
+pub const BACK_MARGIN: u64 = 256;
+
+/// Errors of the readahead module.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadaheadError {
+    /// The sampling plan of an epoch could not be computed.
+    #[error("cannot compute the order of epoch {epoch}: {why}")]
+    Order {
+        /// The epoch.
+        epoch: u64,
+        /// Why.
+        why: String,
+    },
+    /// A local rank this node does not serve.
+    #[error("local rank {0} is not served by this node")]
+    NoSuchRank(usize),
+}
+
+/// What the scheduler needs from the shard cache.
+pub trait ShardSource: Send + Sync {
+    /// The shard holding global sample `sample`.
+    fn shard_of(&self, sample: u64) -> Option<u32>;
+    /// Bytes the shard takes in the cache (its decompressed size).
+    fn shard_bytes(&self, shard: u32) -> u64;
+    /// Whether the shard can be read now without waiting for the store.
+    fn is_resident(&self, shard: u32) -> bool;
+    /// Makes the shard resident, blocking until it is (does not keep it pinned).
+    fn fetch(&self, shard: u32) -> Result<(), String>;
+}
+
+/// Tuning of the scheduler.
+#[derive(Clone, Debug)]
+pub struct ReadaheadOptions {
+    /// Bytes of shards the windows of all ranks may cover together (part of the cache limit).
+    pub budget_bytes: u64,
+    /// Concurrent fetches.
+    pub max_fetches: usize,
+    /// Longest walk per rank, in positions.
+    pub max_lookahead: u64,
+    /// Epochs whose orders are kept in memory.
+    pub keep_epochs: usize,
+}
+
+impl Default for ReadaheadOptions {
+    fn default() -> Self {
+        Self {
+            budget_bytes: 1 << 30,
+            max_fetches: 8,
+            max_lookahead: 1 << 20,
+            keep_epochs: 2,
+        }
+    }
+}
+
+const NO_POSITION: u64 = u64::MAX;
+
+/// One served rank's reader, as seen from its reads.
+struct Cursor {
+    epoch: AtomicU64,
+    position: AtomicU64,
+    planned_at: AtomicU64,
+    reads: AtomicU64,
+    bytes: AtomicU64,
+    first_read: OnceLock<Instant>,
+}
+
+impl Cursor {
+    fn new() -> Self {
+        Self {
+            epoch: AtomicU64::new(0),
+            position: AtomicU64::new(NO_POSITION),
+            planned_at: AtomicU64::new(NO_POSITION),
+            reads: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            first_read: OnceLock::new(),
+        }
+    }
+}
+
+#[derive(Default)]
+struct Queue {
+    generation: u64,
+    planned: u64,
+    pending: VecDeque<u32>,
+    in_flight: HashSet<u32>,
+    stop: bool,
+}
+
+struct Inner {
+    orders: OrderCache,
+    shards: Arc<dyn ShardSource>,
+    cursors: Vec<Cursor>,
+    opts: ReadaheadOptions,
+    queue: Mutex<Queue>,
+    wake_planner: Condvar,
+    wake_fetchers: Condvar,
+    next_use: RwLock<HashMap<u32, u64>>,
+    stalls: AtomicU64,
+    stall_ns: AtomicU64,
+    prefetches: AtomicU64,
+    prefetch_errors: AtomicU64,
+    plans: AtomicU64,
+}
+
+/// The node's readahead scheduler: rank orders, cursors, the plan and the fetch workers.
+pub struct Readahead {
+    inner: Arc<Inner>,
+    threads: Vec<JoinHandle<()>>,
+}
+
+impl Readahead {
+    /// Starts the scheduler for `ranks` local ranks.
+    pub fn new(
+        orders: Box<dyn OrderSource>,
+        shards: Arc<dyn ShardSource>,
+        ranks: usize,
+        opts: ReadaheadOptions,
+    ) -> Self {
+        let inner = Arc::new(Inner {
+            orders: OrderCache::new(orders, opts.keep_epochs),
+            shards,
+            cursors: (0..ranks).map(|_| Cursor::new()).collect(),
+            opts: opts.clone(),
+            queue: Mutex::new(Queue::default()),
+            wake_planner: Condvar::new(),
+            wake_fetchers: Condvar::new(),
+            next_use: RwLock::new(HashMap::new()),
+            stalls: AtomicU64::new(0),
+            stall_ns: AtomicU64::new(0),
+            prefetches: AtomicU64::new(0),
+            prefetch_errors: AtomicU64::new(0),
+            plans: AtomicU64::new(0),
+        });
+        let mut threads = Vec::new();
+        let i = inner.clone();
+        if let Ok(t) = std::thread::Builder::new()
+            .name("readahead-plan".into())
+            .spawn(move || i.plan_loop())
+        {
+            threads.push(t);
+        }
+        for n in 0..opts.max_fetches.max(1) {
+            let i = inner.clone();
+            if let Ok(t) = std::thread::Builder::new()
+                .name(format!("readahead-fetch-{n}"))
+                .spawn(move || i.fetch_loop())
+            {
+                threads.push(t);
+            }
+        }
+        Self { inner, threads }
+    }
+
+    /// Number of local ranks followed.
+    pub fn ranks(&self) -> usize {
+        self.inner.cursors.len()
+    }
+
+    /// The order of local rank `rank` in `epoch` (computed on first use, cached for a few epochs).
+    pub fn order(&self, epoch: u64, rank: usize) -> Result<RankOrder, ReadaheadError> {
+        self.inner.orders.rank(epoch, rank)
+    }
+
+    /// Adds `bytes` delivered to local rank `rank` (for its throughput).
+    pub fn count_bytes(&self, rank: usize, bytes: u64) {
+        if let Some(c) = self.inner.cursors.get(rank) {
+            c.bytes.fetch_add(bytes, Relaxed);
+        }
+    }
+
+    /// Tells the scheduler that local rank `rank` is reading `position` of `epoch` (called
+    /// before the read waits for its shard, so a jump starts fetching at once).
+    pub fn on_read(&self, rank: usize, epoch: u64, position: u64) {
+        let Some(c) = self.inner.cursors.get(rank) else {
+            return;
+        };
+        let _ = c.first_read.get_or_init(Instant::now);
+        c.reads.fetch_add(1, Relaxed);
+        let cur_epoch = c.epoch.load(Relaxed);
+        let cur = c.position.load(Relaxed);
+        let moved = if cur == NO_POSITION || cur_epoch != epoch || position + JUMP_BACK < cur {
+            c.epoch.store(epoch, Relaxed);
+            c.position.store(position, Relaxed);
+            true
+        } else if position > cur {
+            c.position.fetch_max(position, Relaxed);
+            let planned = c.planned_at.load(Relaxed);
+            planned == NO_POSITION
+                || position >= planned.saturating_add(REPLAN_STEP)
+                || position < planned
+        } else {
+            false
+        };
+        if moved {
+            let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.generation += 1;
+            self.inner.wake_planner.notify_one();
+        }
+    }
+
+    /// Records a read that waited `waited` for its shard to arrive.
+    pub fn record_stall(&self, waited: Duration) {
+        self.inner.stalls.fetch_add(1, Relaxed);
+        self.inner
+            .stall_ns
+            .fetch_add(waited.as_nanos() as u64, Relaxed);
+    }
+
+    /// Distance (in positions) to the next planned use of `shard` by any rank; `u64::MAX`
+    /// when no rank will read it within its window. Eviction drops the largest first.
+    pub fn next_use(&self, shard: u32) -> u64 {
+        self.inner
+            .next_use
+            .read()
+            .map(|m| m.get(&shard).copied().unwrap_or(u64::MAX))
+            .unwrap_or(u64::MAX)
+    }
+
+    /// Blocks until the planner has seen every read reported so far and its fetches are done
+    /// (for tests and benchmarks).
+    pub fn wait_idle(&self, timeout: Duration) -> bool {
+        let deadline = Instant::now() + timeout;
+        loop {
+            {
+                let q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+                if q.planned == q.generation && q.pending.is_empty() && q.in_flight.is_empty() {
+                    return true;
+                }
+            }
+            if Instant::now() > deadline {
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Live counters for `status.json`.
+    pub fn status(&self) -> serde_json::Value {
+        let i = &self.inner;
+        let ranks: Vec<serde_json::Value> = i
+            .cursors
+            .iter()
+            .enumerate()
+            .map(|(n, c)| {
+                let pos = c.position.load(Relaxed);
+                let bytes = c.bytes.load(Relaxed);
+                let reads = c.reads.load(Relaxed);
+                let secs = c.first_read.get().map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
+                serde_json::json!({
+                    "local_rank": n,
+                    "epoch": c.epoch.load(Relaxed),
+                    "cursor": if pos == NO_POSITION { serde_json::Value::Null } else { pos.into() },
+                    "requests": reads,
+                    "bytes_read": bytes,
+                    "bytes_per_second": if secs > 0.0 { (bytes as f64 / secs).round() } else { 0.0 },
+                    "requests_per_second": if secs > 0.0 { (reads as f64 / secs * 10.0).round() / 10.0 } else { 0.0 },
+                })
+            })
+            .collect();
+        let (pending, in_flight) = {
+            let q = i.queue.lock().unwrap_or_else(|e| e.into_inner());
+            (q.pending.len(), q.in_flight.len())
+        };
+        serde_json::json!({
+            "stalls": i.stalls.load(Relaxed),
+            "stall_seconds": i.stall_ns.load(Relaxed) as f64 / 1e9,
+            "prefetches": i.prefetches.load(Relaxed),
+            "prefetch_errors": i.prefetch_errors.load(Relaxed),
+            "plans": i.plans.load(Relaxed),
+            "fetches_pending": pending,
+            "fetches_in_flight": in_flight,
+            "ranks": ranks,
+        })
+    }
+}
+
+impl Drop for Readahead {
+    fn drop(&mut self) {
+        {
+            let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.stop = true;
+        }
+        self.inner.wake_planner.notify_all();
+        self.inner.wake_fetchers.notify_all();
+        for t in self.threads.drain(..) {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Inner {
+    fn plan_loop(&self) {
+        loop {
+            let generation = {
+                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                while !q.stop && q.planned == q.generation {
+                    q = self.wake_planner.wait(q).unwrap_or_else(|e| e.into_inner());
+                }
+                if q.stop {
+                    return;
+                }
+                q.generation
+            };
+            let (next_use, wanted) = self.plan();
+            if let Ok(mut m) = self.next_use.write() {
+                *m = next_use;
+            }
+            let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            let pending: VecDeque<u32> = wanted
+                .into_iter()
+                .filter(|s| !q.in_flight.contains(s))
+                .collect();
+            q.pending = pending;
+            q.planned = generation;
+            self.plans.fetch_add(1, Relaxed);
+            self.wake_fetchers.notify_all();
+        }
+    }
+
+    /// Walks every rank's order from its cursor; returns each shard's next use and the shards
+    /// to fetch, nearest first.
+    fn plan(&self) -> (HashMap<u32, u64>, Vec<u32>) {
+        let ranks = self.cursors.len().max(1) as u64;
+        let per_rank = self.opts.budget_bytes / ranks;
+        let mut next_use: HashMap<u32, u64> = HashMap::new();
+        for (r, c) in self.cursors.iter().enumerate() {
+            let pos = c.position.load(Relaxed);
+            if pos == NO_POSITION {
+                continue;
+            }
+            let epoch = c.epoch.load(Relaxed);
+            c.planned_at.store(pos, Relaxed);
+            let mut seen: HashSet<u32> = HashSet::new();
+            let mut bytes = 0u64;
+            let mut distance = 0u64;
+            let start0 = pos.saturating_sub(BACK_MARGIN);
+            let mut start = start0;
+            'epochs: for e in epoch..epoch.saturating_add(2) {
+                let Ok(order) = self.orders.rank(e, r) else {
+                    break;
+                };
+                let from = usize::try_from(start).unwrap_or(usize::MAX);
+                for sample in order.iter_from(from) {
+                    let behind = e == epoch && start0 + distance < pos;
+                    if let Some(shard) = self.shards.shard_of(sample) {
+                        if behind {
+                            // Workers may still be reading here: keep what is resident, fetch nothing.
+                            if self.shards.is_resident(shard) {
+                                next_use.insert(shard, 0);
+                            }
+                            distance += 1;
+                            continue;
+                        }
+                        if !seen.contains(&shard) {
+                            let size = self.shards.shard_bytes(shard);
+                            if !seen.is_empty() && bytes + size > per_rank {
+                                break 'epochs;
+                            }
+                            bytes += size;
+                            seen.insert(shard);
+                        }
+                        let d = next_use.entry(shard).or_insert(u64::MAX);
+                        *d = (*d).min(distance.saturating_sub(pos - start0));
+                    }
+                    distance += 1;
+                    if distance.saturating_sub(pos - start0) > self.opts.max_lookahead {
+                        break 'epochs;
+                    }
+                }
+                start = 0;
+            }
+        }
+        let mut wanted: Vec<(u64, u32)> = next_use
+            .iter()
+            .filter(|(s, _)| !self.shards.is_resident(**s))
+            .map(|(s, d)| (*d, *s))
+            .collect();
+        wanted.sort_unstable();
+        (next_use, wanted.into_iter().map(|(_, s)| s).collect())
+    }
+
+    fn fetch_loop(&self) {
+        loop {
+            let shard = {
+                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                loop {
+                    if q.stop {
+                        return;
+                    }
+                    if let Some(s) = q.pending.pop_front() {
+                        if q.in_flight.insert(s) {
+                            break s;
+                        }
+                        continue;
+                    }
+                    q = self
+                        .wake_fetchers
+                        .wait(q)
+                        .unwrap_or_else(|e| e.into_inner());
+                }
+            };
+            if !self.shards.is_resident(shard) {
+                self.prefetches.fetch_add(1, Relaxed);
+                if let Err(why) = self.shards.fetch(shard) {
+                    self.prefetch_errors.fetch_add(1, Relaxed);
+                    tracing::warn!(shard, %why, "readahead fetch failed");
+                }
+            }
+            let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.in_flight.remove(&shard);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,29 @@
-//! `vfs`: not yet implemented (see DESIGN.md §2).
+//! `vfs`: the read-only filesystem core as a plain Rust type, testable without FUSE.
+//!
+//! The tree (DESIGN.md §3) is computed, never materialised: a name is parsed into coordinates
+//! (rank, epoch, position, column or sample id, column), an inode number packs those coordinates
+//! ([`inode`]), and listings page through a folder by offset. A dataset of 10^8 samples mounts
+//! instantly and the memory used does not grow with the number of files; the only per-epoch
+//! state is each served rank's order (a `u64` per position), held by the readahead scheduler,
+//! which needs it anyway.
+//!
+//! Every failure is a [`VfsError`], and [`VfsError::errno`] is the one place where errors become
+//! what a reader sees: missing names `ENOENT`, writes `EROFS`, an unavailable or corrupt shard
+//! `EIO` (logged, and recorded in `status.json` with the shard and the reason).
+
+mod dataset;
+mod error;
+mod fs;
+pub mod inode;
+pub mod names;
+mod source;
+mod status;
+
+pub use dataset::{CachedShards, MdsDataset, ShardStore};
+pub use error::VfsError;
+pub use fs::{Attr, DirEntry, Kind, Vfs, VfsConfig};
+pub use inode::Ino;
+pub use source::{ColumnFile, SampleSource, SourceError};
+
+#[cfg(test)]
+mod tests;

@@ -17,9 +17,12 @@ pub fn fixtures() -> PathBuf {
     p
 }
 
-/// Path of the `shardfs` binary built for these tests.
+/// Path of the `shardfs` binary built for these tests, or `SHARDFS_BIN` (useful when a
+/// shared target folder may hold another checkout's build).
 pub fn shardfs_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_shardfs"))
+    std::env::var_os("SHARDFS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_shardfs")))
 }
 
 pub mod moto;

@@ -5,5 +5,6 @@ mod bad_input;
 mod check;
 mod cli;
 mod fixtures;
+mod numpy_floats;
 mod tiny;
 mod writer;

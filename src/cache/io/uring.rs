@@ -1,22 +1,33 @@
-//! The io_uring reader: one ring owned by one thread, fed through a channel.
+//! The io_uring reader: rings owned by dedicated threads, fed through channels.
 //!
 //! Callers (FUSE threads) send a request holding an `Arc<File>` and wait on a reply channel.
-//! The ring thread owns each read's buffer and the file handle in a slot table until the
+//! A ring thread owns each read's buffer and the file handle in a slot table until the
 //! kernel reports completion, so no memory the kernel writes to can be freed or moved while
 //! the read is in flight; the buffer is then handed back to the caller without a copy.
-//! Batching falls out naturally: everything queued while the thread waited is submitted in
-//! one `io_uring_enter`.
+//! Everything queued while a ring thread waited is submitted in one `io_uring_enter`.
+//!
+//! There is one ring per core (at most 4) and a caller thread always uses the same one
+//! (assigned round-robin on first use): page-cache hits complete inline, so the copying work
+//! runs on the ring thread, and one ring for everybody would serialise it. Both sides poll
+//! for a few microseconds before blocking, because a thread wake-up costs more than a
+//! page-cache read on a busy machine.
 
 use super::FileReader;
 use io_uring::{opcode, types, IoUring};
+use std::cell::Cell;
 use std::fs::File;
 use std::io;
 use std::os::fd::AsRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{self, Receiver, Sender, SyncSender, TryRecvError};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Largest single read submitted; longer reads are split by the caller's loop.
 const MAX_READ: usize = 1 << 30;
+
+/// How long a waiting side polls before it blocks.
+const SPIN: Duration = Duration::from_micros(30);
 
 struct Request {
     file: Arc<File>,
@@ -30,53 +41,99 @@ struct InFlight {
     buf: Vec<u8>,
 }
 
-/// Reads through an io_uring owned by a dedicated thread.
+/// Reads through io_urings, each owned by a dedicated thread.
 pub(crate) struct UringReader {
-    tx: Sender<Request>,
+    rings: Vec<Sender<Request>>,
 }
 
 impl std::fmt::Debug for UringReader {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("UringReader")
+        write!(f, "UringReader({} rings)", self.rings.len())
+    }
+}
+
+thread_local! {
+    static RING_SLOT: Cell<Option<usize>> = const { Cell::new(None) };
+}
+
+/// The ring index of the calling thread.
+fn my_ring(n: usize) -> usize {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    RING_SLOT.with(|slot| {
+        let i = slot.get().unwrap_or_else(|| {
+            let i = NEXT.fetch_add(1, Ordering::Relaxed);
+            slot.set(Some(i));
+            i
+        });
+        i % n.max(1)
+    })
+}
+
+/// Polls `try` for [`SPIN`], then falls back to `block`.
+fn spin_then<T>(
+    mut try_once: impl FnMut() -> Result<T, TryRecvError>,
+    block: impl FnOnce() -> Option<T>,
+) -> Option<T> {
+    let start = Instant::now();
+    loop {
+        match try_once() {
+            Ok(v) => return Some(v),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) if start.elapsed() < SPIN => std::hint::spin_loop(),
+            Err(TryRecvError::Empty) => return block(),
+        }
     }
 }
 
 impl UringReader {
-    /// Sets up a ring of `depth` entries and checks that it completes a no-op (seccomp can
-    /// allow setup yet block submission), then starts the ring thread.
+    /// Starts one ring of `depth` entries per core (at most 4), each on its own thread.
     pub(crate) fn new(depth: u32) -> io::Result<Self> {
-        let depth = depth.clamp(1, 4096);
-        let mut ring = IoUring::new(depth)?;
-        let nop = opcode::Nop::new().build().user_data(u64::MAX);
-        // SAFETY: a no-op references no memory.
-        unsafe { ring.submission().push(&nop) }
-            .map_err(|_| io::Error::other("io_uring queue full"))?;
-        ring.submit_and_wait(1)?;
-        match ring.completion().next() {
-            Some(cqe) if cqe.result() >= 0 => {}
-            Some(cqe) => return Err(io::Error::from_raw_os_error(-cqe.result())),
-            None => return Err(io::Error::other("io_uring no-op did not complete")),
-        }
-        let (tx, rx) = mpsc::channel();
-        std::thread::Builder::new()
-            .name("shardfs-uring".into())
-            .spawn(move || run(ring, rx, depth as usize))?;
-        Ok(UringReader { tx })
+        let threads = std::thread::available_parallelism()
+            .map_or(1, |n| n.get())
+            .clamp(1, 4);
+        let rings = (0..threads)
+            .map(|i| start_ring(depth, i))
+            .collect::<io::Result<Vec<_>>>()?;
+        Ok(UringReader { rings })
     }
 
     fn read_once(&self, file: &Arc<File>, offset: u64, len: usize) -> io::Result<Vec<u8>> {
         let (reply, wait) = mpsc::sync_channel(1);
-        self.tx
-            .send(Request {
-                file: file.clone(),
-                offset,
-                len,
-                reply,
-            })
-            .map_err(|_| io::Error::other("io_uring thread has stopped"))?;
-        wait.recv()
-            .map_err(|_| io::Error::other("io_uring thread dropped a request"))?
+        let ring = self
+            .rings
+            .get(my_ring(self.rings.len()))
+            .ok_or_else(|| io::Error::other("no io_uring ring"))?;
+        ring.send(Request {
+            file: file.clone(),
+            offset,
+            len,
+            reply,
+        })
+        .map_err(|_| io::Error::other("io_uring thread has stopped"))?;
+        spin_then(|| wait.try_recv(), || wait.recv().ok())
+            .unwrap_or_else(|| Err(io::Error::other("io_uring thread dropped a request")))
     }
+}
+
+/// Sets up one ring, checks that it completes a no-op (seccomp can allow setup yet block
+/// submission), then starts its thread.
+fn start_ring(depth: u32, n: usize) -> io::Result<Sender<Request>> {
+    let depth = depth.clamp(1, 4096);
+    let mut ring = IoUring::new(depth)?;
+    let nop = opcode::Nop::new().build().user_data(u64::MAX);
+    // SAFETY: a no-op references no memory.
+    unsafe { ring.submission().push(&nop) }.map_err(|_| io::Error::other("io_uring queue full"))?;
+    ring.submit_and_wait(1)?;
+    match ring.completion().next() {
+        Some(cqe) if cqe.result() >= 0 => {}
+        Some(cqe) => return Err(io::Error::from_raw_os_error(-cqe.result())),
+        None => return Err(io::Error::other("io_uring no-op did not complete")),
+    }
+    let (tx, rx) = mpsc::channel();
+    std::thread::Builder::new()
+        .name(format!("shardfs-uring-{n}"))
+        .spawn(move || run(ring, rx, depth as usize))?;
+    Ok(tx)
 }
 
 impl FileReader for UringReader {
@@ -105,7 +162,7 @@ impl FileReader for UringReader {
     }
 }
 
-/// The ring thread: submit queued reads, wait for at least one completion, reply, repeat.
+/// A ring thread: submit queued reads, wait for at least one completion, reply, repeat.
 fn run(mut ring: IoUring, rx: Receiver<Request>, depth: usize) {
     let mut slots: Vec<Option<InFlight>> = Vec::new();
     let mut free: Vec<usize> = Vec::new();
@@ -117,9 +174,9 @@ fn run(mut ring: IoUring, rx: Receiver<Request>, depth: usize) {
             if !open {
                 return;
             }
-            match rx.recv() {
-                Ok(r) => queue.push(r),
-                Err(_) => return,
+            match spin_then(|| rx.try_recv(), || rx.recv().ok()) {
+                Some(r) => queue.push(r),
+                None => return,
             }
         }
         while open && inflight + queue.len() < depth {
@@ -170,9 +227,8 @@ fn run(mut ring: IoUring, rx: Receiver<Request>, depth: usize) {
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             Err(e) => {
-                // The ring is broken: fail what is in flight only after the kernel is done
-                // with it, which we cannot know; keep the buffers (leak) rather than risk
-                // freeing memory the kernel may still write, and stop.
+                // The ring is broken. The kernel may still own the in-flight buffers, so
+                // leak them rather than free memory it might write, fail the callers, stop.
                 tracing::error!(error = %e, "io_uring_enter failed; io_uring reader stops");
                 for f in slots.iter_mut().filter_map(Option::as_mut) {
                     let _ = f

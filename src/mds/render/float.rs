@@ -4,9 +4,10 @@
 //! digit: `65500.0`), scientific otherwise with a sign and at least two exponent digits
 //! (`3.4028235e+38`, `5e-324`); `nan`, `inf`, `-inf`, `-0.0`.
 //!
-//! f32 and f64 digits come from Rust's own shortest round-trip formatting (`{:e}`). float16
-//! has no Rust type: its digits are found by trying 1..=5 significant digits and keeping the
-//! first that converts back to the same half (round-to-nearest-even).
+//! f32 and f64 digits come from Rust's own shortest round-trip formatting (`{:e}`), with exact
+//! ties re-broken to the even digit as numpy does. float16 has no Rust type: its digits are
+//! found from its exact decimal expansion, trying 1, 2, ... significant digits and keeping the
+//! first candidate that converts back to the same half (round-to-nearest-even).
 
 /// Text of an f64 the way numpy prints `np.float64`.
 pub fn f64_text(x: f64) -> String {
@@ -101,18 +102,63 @@ pub fn f16_text(bits: u16) -> String {
     if !x.is_finite() || x == 0.0 {
         return numpy_style(x, &format!("{:e}", x));
     }
-    for precision in 0..5 {
-        let s = format!("{:.*e}", precision, x);
-        if let Ok(back) = s.parse::<f64>() {
-            if f64_to_f16(back) == bits {
-                let s = ties_to_even(x, s, |c| {
-                    c.parse::<f64>().ok().map(f64_to_f16) == Some(bits)
-                });
-                return numpy_style(x, &s);
-            }
+    numpy_style(x, &shortest_f16(x, bits))
+}
+
+/// Adds one unit in the last place to a digit string; returns the digits and whether the
+/// carry added a leading digit (`999` → `100` with the exponent one higher).
+fn increment(digits: &str) -> (String, bool) {
+    let mut d: Vec<u8> = digits.bytes().collect();
+    for b in d.iter_mut().rev() {
+        if *b == b'9' {
+            *b = b'0';
+        } else {
+            *b += 1;
+            return (String::from_utf8(d).unwrap_or_default(), false);
         }
     }
-    numpy_style(x, &format!("{:e}", x))
+    d.insert(0, b'1');
+    d.pop();
+    (String::from_utf8(d).unwrap_or_default(), true)
+}
+
+/// Shortest round-trip digits of a finite, non-zero half, as Dragon4 chooses them: for each
+/// length, the two decimals around the exact value are the candidates; if both read back as
+/// the same half, the closer wins (an exact tie goes to the even digit), else the one that
+/// does. Checking both matters at powers of two, where the interval is lopsided
+/// (2^-6 prints `0.01563`, not `0.01562`).
+fn shortest_f16(x: f64, bits: u16) -> String {
+    let (neg, exact, exp) = split_sci(&format!("{:.800e}", x));
+    let exact = exact.trim_end_matches('0');
+    let reads_back = |digits: &str, e: i32| {
+        join_sci(neg, digits, e).parse::<f64>().ok().map(f64_to_f16) == Some(bits)
+    };
+    for p in 1..=exact.len() {
+        if exact.len() <= p {
+            return join_sci(neg, exact, exp);
+        }
+        let lo = &exact[..p];
+        let (hi, carried) = increment(lo);
+        let hi_exp = if carried { exp + 1 } else { exp };
+        let (lo_ok, hi_ok) = (reads_back(lo, exp), reads_back(&hi, hi_exp));
+        let rest = &exact[p..];
+        let pick_hi = match (lo_ok, hi_ok) {
+            (true, true) => match rest.cmp("5") {
+                std::cmp::Ordering::Greater => true,
+                std::cmp::Ordering::Less => false,
+                std::cmp::Ordering::Equal => lo.bytes().last().is_some_and(|d| d % 2 == 1),
+            },
+            (true, false) => false,
+            (false, true) => true,
+            (false, false) => continue,
+        };
+        return if pick_hi {
+            join_sci(neg, &hi, hi_exp)
+        } else {
+            join_sci(neg, lo, exp)
+        };
+    }
+    join_sci(neg, exact, exp)
 }
 
 /// Lays out the digits of `sci` (Rust `{:e}` text of `x`, e.g. `-1.25e-7`) as numpy does.
@@ -224,6 +270,7 @@ mod tests {
         assert_eq!(f16_text(0x0001), "6e-08");
         assert_eq!(f16_text(0x3c00), "1.0");
         assert_eq!(f16_text(0x8000), "-0.0");
+        assert_eq!(f16_text(0x2400), "0.01563");
     }
 
     #[test]

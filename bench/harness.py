@@ -1,0 +1,746 @@
+#!/usr/bin/env python3
+"""shardfs benchmark harness: shardfs beside local disk, StreamingDataset, s3fs and rclone.
+
+Run through `bench/run.sh` (which builds the Rust parts first); see bench/README.md.
+One run: generate (or reuse) a dataset in two layouts (MDS, one object per sample), serve it
+from the bench S3 server with an emulated remote link, measure its raw GET speed with curl,
+then read the same samples through each system, cold and warm, with the same reader
+(bench/reader.py; StreamingDataset through its own DataLoader). Prints a table with ratios
+against local disk (a) and StreamingDataset (c) of the same pass and writes JSON to bench/out/.
+Standard library only.
+"""
+
+import argparse
+import datetime
+import json
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+ACCESS_KEY, SECRET_KEY, BUCKET = "bench", "benchsecret", "bench"
+CLK_TCK = os.sysconf("SC_CLK_TCK")
+ALL_SYSTEMS = ["local", "shardfs", "streaming", "s3fs", "rclone", "mountpoint"]
+
+
+class BenchError(Exception):
+    """A failure that ends the run with a message and a non-zero exit."""
+
+
+def log(msg):
+    print(f"[bench {time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+# ---------------------------------------------------------------- processes and /proc
+
+class Procs:
+    """Every process and mount this run starts, so `cleanup` can undo them (and only them)."""
+
+    def __init__(self):
+        self.procs, self.mounts = [], []
+
+    def start(self, cmd, **kw):
+        log("start: " + " ".join(cmd))
+        p = subprocess.Popen(cmd, **kw)
+        self.procs.append(p)
+        return p
+
+    def stop(self, p, timeout=20):
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+            try:
+                p.wait(timeout)
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+
+    def unmount(self, mnt):
+        if os.path.ismount(mnt):
+            subprocess.run(["fusermount3", "-u", mnt], stderr=subprocess.DEVNULL)
+            if os.path.ismount(mnt):
+                time.sleep(0.5)
+                subprocess.run(["fusermount3", "-u", "-z", mnt], stderr=subprocess.DEVNULL)
+        if mnt in self.mounts:
+            self.mounts.remove(mnt)
+
+    def cleanup(self):
+        for m in list(self.mounts):
+            self.unmount(m)
+        for p in reversed(self.procs):
+            self.stop(p, timeout=10)
+
+
+def proc_cpu_s(pid):
+    """utime + stime (+ reaped children) of a live process, in seconds."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        # fields[0] is field 3 (state): utime=14, stime=15, cutime=16, cstime=17
+        return sum(int(fields[i]) for i in (11, 12, 13, 14)) / CLK_TCK
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def proc_hwm_mb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) / 1024.0
+    except OSError:
+        pass
+    return None
+
+
+def reset_hwm(pid):
+    """Resets the peak RSS counter (clear_refs 5), so each pass reports its own peak."""
+    try:
+        with open(f"/proc/{pid}/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def drop_caches():
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("3")
+        return True
+    except OSError:
+        return False
+
+
+def read_tree(path):
+    """Reads every file under `path` (to put the server's data in the page cache)."""
+    buf = bytearray(1 << 20)
+    for root, _, files in os.walk(path):
+        for name in files:
+            with open(os.path.join(root, name), "rb", buffering=0) as f:
+                while f.readinto(buf):
+                    pass
+
+
+def wait_for(cond, timeout, what):
+    deadline = time.time() + timeout
+    while time.time() < deadline:
+        if cond():
+            return
+        time.sleep(0.1)
+    raise BenchError(f"timed out after {timeout}s waiting for {what}")
+
+
+# ---------------------------------------------------------------- the S3 server
+
+class Server:
+    """The bench S3 server (bench/s3_server) over `root`, with the given link emulation."""
+
+    def __init__(self, procs, binary, root, latency_ms, bandwidth_mbps, logdir, name):
+        self.out = open(os.path.join(logdir, f"{name}.out"), "w+")
+        self.err = open(os.path.join(logdir, f"{name}.err"), "w")
+        self.proc = procs.start(
+            [binary, root, "--latency-ms", str(latency_ms), "--bandwidth-mbps",
+             str(bandwidth_mbps)], stdout=self.out, stderr=self.err)
+        self.endpoint = None
+
+        def ready():
+            if self.proc.poll() is not None:
+                raise BenchError(f"bench S3 server exited; see {self.err.name}")
+            self.out.seek(0)
+            text = self.out.read()
+            if "listening on " in text:
+                self.endpoint = text.split("listening on ", 1)[1].split()[0]
+                return True
+            return False
+
+        wait_for(ready, 30, "the bench S3 server")
+
+    def stats(self):
+        out = subprocess.run(["curl", "-sf", f"{self.endpoint}/__bench/stats"],
+                             capture_output=True, text=True, check=False)
+        if out.returncode != 0:
+            raise BenchError(f"cannot read server stats from {self.endpoint}")
+        return json.loads(out.stdout)
+
+    def cpu_s(self):
+        return proc_cpu_s(self.proc.pid)
+
+
+def curl_base():
+    return ["curl", "-s", "--aws-sigv4", "aws:amz:us-east-1:s3", "--user",
+            f"{ACCESS_KEY}:{SECRET_KEY}", "-H", "x-amz-content-sha256:UNSIGNED-PAYLOAD"]
+
+
+def curl_throughput(endpoint, keys_per_stream):
+    """Parallel curl processes, each fetching its keys over one kept-alive connection."""
+    t0 = time.perf_counter()
+    procs = []
+    for keys in keys_per_stream:
+        cmd = curl_base() + ["-w", "%{http_code} %{size_download}\n"]
+        for k in keys:
+            cmd += ["-o", "/dev/null", f"{endpoint}/{BUCKET}/{k}"]
+        procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
+    total = objects = 0
+    for p in procs:
+        out, _ = p.communicate()
+        for line in out.split("\n"):
+            if line.strip():
+                code, size = line.split()
+                if code not in ("200", "206"):
+                    raise BenchError(f"curl GET returned HTTP {code} from {endpoint}")
+                total += int(size)
+                objects += 1
+    wall = time.perf_counter() - t0
+    return {"streams": len(keys_per_stream), "objects": objects, "bytes": total,
+            "wall_s": wall, "mb_per_s": total / wall / 1e6, "objects_per_s": objects / wall}
+
+
+def measure_server(server, layout, streams, label):
+    shards = sorted(k for k in layout["mds_keys"] if k.endswith(".mds"))
+    big = max(shards, key=lambda k: layout["sizes"][k])
+    samples = layout["plain_keys"]
+    per = max(1, min(200, len(samples) // streams))
+    rows = {
+        "shard_1_stream": curl_throughput(server.endpoint, [[big]]),
+        f"shards_{streams}_streams": curl_throughput(
+            server.endpoint, [[shards[i % len(shards)]] for i in range(streams)]),
+        f"samples_{streams}_streams": curl_throughput(
+            server.endpoint, [samples[i * per:(i + 1) * per] for i in range(streams)]),
+    }
+    for name, r in rows.items():
+        log(f"curl {label} {name}: {r['mb_per_s']:.0f} MB/s, {r['objects_per_s']:.0f} objects/s")
+    return rows
+
+
+# ---------------------------------------------------------------- dataset
+
+def dataset(args, bins):
+    """Generates the dataset unless one with the same parameters is there; returns its layout."""
+    params = {"samples": args.samples, "mean_bytes": args.mean_bytes, "seed": args.seed,
+              "classes": args.classes, "shard_bytes": args.shard_bytes, "version": 1}
+    root = os.path.join(args.data_dir, "s3root")
+    out = os.path.join(root, BUCKET)
+    marker = os.path.join(args.data_dir, "params.json")
+    gen = None
+    try:
+        with open(marker) as f:
+            old = json.load(f)
+        if old.get("params") == params:
+            gen = old["generated"]
+    except (OSError, ValueError, KeyError):
+        pass
+    if gen is None:
+        log(f"generating {args.samples} samples of ~{args.mean_bytes} bytes in {out}")
+        os.makedirs(out, exist_ok=True)
+        t0 = time.perf_counter()
+        res = subprocess.run(
+            [bins["gen"], "--out", out, "--samples", str(args.samples), "--mean-bytes",
+             str(args.mean_bytes), "--classes", str(args.classes), "--shard-bytes",
+             str(args.shard_bytes), "--seed", str(args.seed)],
+            capture_output=True, text=True)
+        if res.returncode != 0:
+            raise BenchError(f"bench-gen failed: {res.stderr.strip()}")
+        gen = json.loads(res.stdout)
+        gen["seconds"] = time.perf_counter() - t0
+        with open(marker, "w") as f:
+            json.dump({"params": params, "generated": gen}, f)
+    else:
+        log(f"reusing the dataset in {out}")
+    sizes, mds_keys, plain_keys = {}, [], []
+    for sub, keys in (("mds", mds_keys), ("plain", plain_keys)):
+        for r, _, files in os.walk(os.path.join(out, sub)):
+            for name in files:
+                key = os.path.relpath(os.path.join(r, name), out)
+                keys.append(key)
+                sizes[key] = os.path.getsize(os.path.join(out, key))
+    mds_keys.sort()
+    plain_keys.sort()
+    return {"root": root, "dir": out, "params": params, "generated": gen, "sizes": sizes,
+            "mds_keys": mds_keys, "plain_keys": plain_keys}
+
+
+# ---------------------------------------------------------------- one pass
+
+def sample_list_plain(top, seed):
+    """ImageFolder listing of `top` in a seeded shuffled order (DataLoader shuffle=True)."""
+    t0 = time.perf_counter()
+    files = []
+    for r, dirs, names in os.walk(top):
+        dirs.sort()
+        files += [os.path.join(r, n) for n in sorted(names) if n.endswith(".bin")]
+    list_s = time.perf_counter() - t0
+    random.Random(seed).shuffle(files)
+    return [[f] for f in files], list_s
+
+
+def sample_list_shardfs(folder):
+    """`rank-R/epoch-E/` in sorted order, files grouped by position (the read order)."""
+    t0 = time.perf_counter()
+    names = sorted(os.listdir(folder))
+    list_s = time.perf_counter() - t0
+    samples, last = [], None
+    for n in names:
+        pos = n.split(".", 1)[0]
+        if pos != last:
+            samples.append([])
+            last = pos
+        samples[-1].append(os.path.join(folder, n))
+    return samples, list_s
+
+
+class Runner:
+    def __init__(self, args, bins, layout, procs, server, workdir):
+        self.args, self.bins, self.layout = args, bins, layout
+        self.procs, self.server, self.workdir = procs, server, workdir
+        self.rows, self.notes = [], []
+        self.can_drop = None
+
+    def prepare(self, pass_name, prewarm):
+        """Drops the page cache (where permitted) and re-reads what the server serves."""
+        if self.args.no_drop_caches:
+            return False
+        dropped = drop_caches()
+        if self.can_drop is None:
+            self.can_drop = dropped
+            if not dropped:
+                self.notes.append("page cache NOT dropped (no permission): cold rows are warm")
+        if dropped and prewarm:
+            read_tree(prewarm)
+        return dropped
+
+    def read(self, system, pass_name, lister, serve_pid=None, extra=None):
+        """Lists (`lister()` -> samples, seconds) and reads one pass; counts both."""
+        before = self._snap(serve_pid)
+        samples, list_s = lister()
+        manifest = os.path.join(self.workdir, f"manifest-{system}-{pass_name}.txt")
+        with open(manifest, "w") as f:
+            for s in samples:
+                f.write("\t".join(s) + "\n")
+        res = subprocess.run(
+            [sys.executable, os.path.join(HERE, "reader.py"), "--manifest", manifest,
+             "--workers", str(self.args.workers), "--batch-size", str(self.args.batch_size)],
+            capture_output=True, text=True)
+        after = self._snap(serve_pid)
+        if res.returncode != 0:
+            raise BenchError(f"{system} {pass_name}: reader failed: {res.stderr.strip()}")
+        r = json.loads(res.stdout)
+        row = self._row(system, pass_name, r, before, after, list_s)
+        row["reader_cpu_s"] = r["cpu_s"]
+        if serve_pid is not None:
+            row["serve_cpu_s"] = _diff(after["serve_cpu"], before["serve_cpu"])
+            row["serve_peak_rss_mb"] = after["serve_hwm"]
+        row.update(extra or {})
+        return self._add(row)
+
+    def _snap(self, serve_pid):
+        snap = {"server": self.server.stats(), "server_cpu": self.server.cpu_s()}
+        if serve_pid is not None:
+            snap["serve_cpu"] = proc_cpu_s(serve_pid)
+            snap["serve_hwm"] = proc_hwm_mb(serve_pid)
+        return snap
+
+    def _row(self, system, pass_name, r, before, after, list_s):
+        s0, s1 = before["server"], after["server"]
+        wall = r["wall_s"]
+        return {
+            "system": system, "pass": pass_name, "samples": r["samples"], "bytes": r["bytes"],
+            "payload_bytes": r["payload_bytes"], "wall_s": wall,
+            "samples_per_s": r["samples"] / wall if wall > 0 else None,
+            "mb_per_s": r["bytes"] / wall / 1e6 if wall > 0 else None,
+            "list_s": list_s,
+            "fetched_bytes": s1["body_bytes"] - s0["body_bytes"],
+            "requests": {k: s1[k] - s0[k] for k in ("gets", "range_gets", "heads", "lists",
+                                                   "other", "connections")},
+            "server_cpu_s": _diff(after["server_cpu"], before["server_cpu"]),
+        }
+
+    def _add(self, row):
+        exp_samples = self.layout["generated"]["samples"]
+        exp_payload = self.layout["generated"]["image_bytes"]
+        ok = row["samples"] == exp_samples and row["payload_bytes"] == exp_payload
+        row["complete"] = ok
+        if not ok:
+            msg = (f"{row['system']} {row['pass']}: read {row['samples']} samples / "
+                   f"{row['payload_bytes']} image bytes, expected {exp_samples} / {exp_payload}")
+            row.setdefault("note", msg)
+            self.notes.append("CHECK FAILED: " + msg)
+        log(f"{row['system']:>10} {row['pass']:<5} {row['samples_per_s'] or 0:9.0f} samples/s "
+            f"{row['mb_per_s'] or 0:8.1f} MB/s  fetched {row['fetched_bytes'] / 1e6:.1f} MB")
+        self.rows.append(row)
+        return row
+
+    def skipped(self, system, why):
+        log(f"{system}: not measured: {why}")
+        self.rows.append({"system": system, "pass": "-", "skipped": why})
+
+    # ------------------------------------------------------------ the systems
+
+    def local(self):
+        top = os.path.join(self.layout["dir"], "plain")
+        self.prepare("cold", None)
+        self.read("local", "cold", lambda: sample_list_plain(top, self.args.seed))
+        read_tree(top)
+        self.read("local", "warm", lambda: sample_list_plain(top, self.args.seed),
+                  extra={"note": "page cache"})
+
+    def fuse_mount(self, system, cmd, mnt, env=None, timeout=60):
+        os.makedirs(mnt, exist_ok=True)
+        logf = open(os.path.join(self.workdir, f"{system}.log"), "w")
+        p = self.procs.start(cmd, stdout=logf, stderr=subprocess.STDOUT, env=env)
+        self.procs.mounts.append(mnt)
+
+        def up():
+            if p.poll() is not None:
+                raise BenchError(f"{system} exited ({p.returncode}) before mounting; "
+                                 f"see {logf.name}: {_tail(logf.name)}")
+            return os.path.ismount(mnt)
+
+        wait_for(up, timeout, f"the {system} mount at {mnt}")
+        return p
+
+    def fuse_done(self, p, mnt):
+        self.procs.unmount(mnt)
+        self.procs.stop(p)
+
+    def s3_env(self, drop_ca=True):
+        env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
+                   AWS_REGION="us-east-1", AWS_DEFAULT_REGION="us-east-1")
+        if drop_ca:
+            env.pop("AWS_CA_BUNDLE", None)
+        return env
+
+    def shardfs(self):
+        mnt = os.path.join(self.workdir, "mnt-shardfs")
+        cache = os.path.join(self.workdir, "cache-shardfs")
+        cmd = [self.bins["shardfs"], "mount", f"s3://{BUCKET}/mds", mnt,
+               "--endpoint-url", self.server.endpoint, "--cache-dir", cache, "--foreground",
+               "--workers", str(self.args.workers), "--batch-size", str(self.args.batch_size),
+               "--shuffle", "--epochs", "2"] + self.args.shardfs_arg
+        self.prepare("cold", os.path.join(self.layout["dir"], "mds"))
+        p = self.fuse_mount("shardfs", cmd, mnt, env=self.s3_env())
+        try:
+            reset_hwm(p.pid)
+            self.read("shardfs", "cold",
+                      lambda: sample_list_shardfs(os.path.join(mnt, "rank-0", "epoch-0")),
+                      serve_pid=p.pid,
+                      extra={"note": "epoch 0, empty cache"})
+            self.prepare("warm", os.path.join(self.layout["dir"], "mds"))
+            reset_hwm(p.pid)
+            self.read("shardfs", "warm",
+                      lambda: sample_list_shardfs(os.path.join(mnt, "rank-0", "epoch-1")),
+                      serve_pid=p.pid,
+                      extra={"note": "epoch 1, shards cached"})
+            try:
+                with open(os.path.join(mnt, ".shardfs", "status.json")) as f:
+                    self.status = json.load(f)
+            except (OSError, ValueError):
+                pass
+        finally:
+            self.fuse_done(p, mnt)
+
+    def streaming(self):
+        py = os.path.join(self.args.venv, "bin", "python")
+        if not os.path.exists(py):
+            return self.skipped("streaming", f"no venv at {self.args.venv} (run.sh --setup-venv)")
+        local = os.path.join(self.workdir, "cache-streaming")
+        env = self.s3_env()
+        env["S3_ENDPOINT_URL"] = self.server.endpoint
+        for pass_name in ("cold", "warm"):
+            self.prepare(pass_name, os.path.join(self.layout["dir"], "mds"))
+            before = self._snap(None)
+            res = subprocess.run(
+                [py, os.path.join(HERE, "sd_reader.py"), "--remote", f"s3://{BUCKET}/mds",
+                 "--local", local, "--workers", str(self.args.workers), "--batch-size",
+                 str(self.args.batch_size)], capture_output=True, text=True, env=env)
+            after = self._snap(None)
+            if res.returncode != 0:
+                raise BenchError(f"StreamingDataset {pass_name} failed: {_last(res.stderr)}")
+            r = json.loads(res.stdout.strip().splitlines()[-1])
+            row = self._row("streaming", pass_name, r, before, after, None)
+            row.update({"serve_cpu_s": r["cpu_s"], "serve_peak_rss_mb": r["peak_rss_mb"],
+                        "note": ("empty cache" if pass_name == "cold" else "shards local")
+                        + f"; CPU/RSS of the whole DataLoader (import {r['import_s']:.1f}s "
+                        "not timed)"})
+            self._add(row)
+
+    def s3fs(self):
+        if not shutil.which("s3fs"):
+            return self.skipped("s3fs", "s3fs not installed (apt-get install s3fs)")
+        mnt = os.path.join(self.workdir, "mnt-s3fs")
+        cache = os.path.join(self.workdir, "cache-s3fs")
+        os.makedirs(cache, exist_ok=True)
+        pw = os.path.join(self.workdir, "s3fs.passwd")
+        with open(pw, "w") as f:
+            f.write(f"{ACCESS_KEY}:{SECRET_KEY}\n")
+        os.chmod(pw, 0o600)
+        cmd = ["s3fs", f"{BUCKET}:/plain", mnt, "-f", "-o", f"url={self.server.endpoint}",
+               "-o", "use_path_request_style", "-o", f"passwd_file={pw}", "-o",
+               f"use_cache={cache}", "-o", "ro", "-o", "endpoint=us-east-1"]
+        self.per_object_mount("s3fs", cmd, mnt, "use_cache on local disk")
+
+    def rclone(self):
+        if not shutil.which("rclone"):
+            return self.skipped("rclone", "rclone not installed (apt-get install rclone)")
+        mnt = os.path.join(self.workdir, "mnt-rclone")
+        cache = os.path.join(self.workdir, "cache-rclone")
+        cmd = ["rclone", "mount", f":s3:{BUCKET}/plain", mnt, "--s3-provider", "Other",
+               "--s3-endpoint", self.server.endpoint, "--s3-env-auth", "--s3-region",
+               "us-east-1", "--vfs-cache-mode", "full", "--cache-dir", cache, "--read-only",
+               "--config", os.path.join(self.workdir, "rclone.conf")]
+        self.per_object_mount("rclone", cmd, mnt, "--vfs-cache-mode full")
+
+    def mountpoint(self):
+        binary = shutil.which("mount-s3") or os.path.join(
+            os.path.expanduser("~/.cache/shardfs-bench/bin"), "mount-s3")
+        if not os.path.exists(binary):
+            return self.skipped("mountpoint", "no cached mount-s3 binary (not on apt/PyPI)")
+        mnt = os.path.join(self.workdir, "mnt-mountpoint")
+        cache = os.path.join(self.workdir, "cache-mountpoint")
+        os.makedirs(cache, exist_ok=True)
+        cmd = [binary, BUCKET, mnt, "--prefix", "plain/", "--endpoint-url",
+               self.server.endpoint, "--force-path-style", "--region", "us-east-1",
+               "--read-only", "--cache", cache, "-f"]
+        self.per_object_mount("mountpoint", cmd, mnt, "--cache on local disk")
+
+    def per_object_mount(self, system, cmd, mnt, how):
+        plain = os.path.join(self.layout["dir"], "plain")
+        self.prepare("cold", plain)
+        p = self.fuse_mount(system, cmd, mnt, env=self.s3_env())
+        try:
+            reset_hwm(p.pid)
+            self.read(system, "cold", lambda: sample_list_plain(mnt, self.args.seed),
+                      serve_pid=p.pid,
+                      extra={"note": f"{how}, empty"})
+            self.prepare("warm", plain)
+            reset_hwm(p.pid)
+            self.read(system, "warm", lambda: sample_list_plain(mnt, self.args.seed + 1),
+                      serve_pid=p.pid,
+                      extra={"note": f"{how}, filled; new shuffle"})
+        finally:
+            self.fuse_done(p, mnt)
+
+
+def keep_logs(workdir, out_dir):
+    """Copies the run's logs (mounts, servers) to OUT/logs/ for a failure report."""
+    dest = os.path.join(out_dir, "logs")
+    os.makedirs(dest, exist_ok=True)
+    for name in os.listdir(workdir):
+        if name.endswith((".log", ".err", ".out")):
+            shutil.copyfile(os.path.join(workdir, name), os.path.join(dest, name))
+    log(f"logs copied to {dest}")
+
+
+def _diff(a, b):
+    return None if a is None or b is None else a - b
+
+
+def _tail(path, n=3):
+    try:
+        with open(path) as f:
+            return " | ".join(line.strip() for line in f.readlines()[-n:])
+    except OSError:
+        return ""
+
+
+def _last(text, n=4):
+    return " | ".join(text.strip().splitlines()[-n:])
+
+
+# ---------------------------------------------------------------- micro-benchmarks
+
+def micro(args, bins):
+    """Runs the module micro-benchmarks that exist (plan generation, cache, sample lookup)."""
+    results = {}
+    for name, cmd in bins.get("micro", {}).items():
+        log(f"micro: {name}: {' '.join(cmd)}")
+        res = subprocess.run(cmd, capture_output=True, text=True)
+        results[name] = {"cmd": cmd, "rc": res.returncode, "stdout": res.stdout[-20000:],
+                         "stderr": _last(res.stderr, 10)}
+        print(f"\n## micro: {name} (exit {res.returncode})\n{res.stdout.rstrip()}", flush=True)
+        if res.returncode != 0:
+            log(f"micro-benchmark {name} failed: {_last(res.stderr)}")
+    return results
+
+
+# ---------------------------------------------------------------- report
+
+def fmt(v, spec):
+    return "-" if v is None else format(v, spec)
+
+
+def table(rows):
+    base = {}
+    for r in rows:
+        if r.get("skipped") is None and r["system"] in ("local", "streaming"):
+            base[(r["system"], r["pass"])] = r["samples_per_s"]
+    head = ("| system | pass | samples/s | MB/s | × local | × SD | serving CPU s | peak RSS MB "
+            "| fetched MB | GET / HEAD / LIST | list s | note |")
+    lines = [head, "|" + "---|" * 12]
+    for r in rows:
+        if r.get("skipped"):
+            lines.append(f"| {r['system']} | - | not measured | | | | | | | | | {r['skipped']} |")
+            continue
+        a = base.get(("local", r["pass"]))
+        c = base.get(("streaming", r["pass"]))
+        sps = r["samples_per_s"]
+        q = r["requests"]
+        lines.append(
+            f"| {r['system']} | {r['pass']} | {fmt(sps, '.0f')} | {fmt(r['mb_per_s'], '.1f')} "
+            f"| {fmt(sps / a if a and sps else None, '.2f')} "
+            f"| {fmt(sps / c if c and sps else None, '.2f')} "
+            f"| {fmt(r.get('serve_cpu_s'), '.1f')} | {fmt(r.get('serve_peak_rss_mb'), '.0f')} "
+            f"| {r['fetched_bytes'] / 1e6:.0f} | {q['gets']} / {q['heads']} / {q['lists']} "
+            f"| {fmt(r.get('list_s'), '.2f')} | {r.get('note', '')}"
+            + ("" if r.get("complete", True) else " **INCOMPLETE**") + " |")
+    return "\n".join(lines)
+
+
+def server_table(curl):
+    lines = ["| server | measurement | MB/s | objects/s |", "|---|---|---|---|"]
+    for label, rows in curl.items():
+        for name, r in rows.items():
+            lines.append(f"| {label} | {name} | {r['mb_per_s']:.0f} | {r['objects_per_s']:.0f} |")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------- main
+
+def parse_args(argv):
+    ap = argparse.ArgumentParser(description="shardfs vs peers benchmark (see bench/README.md)")
+    ap.add_argument("--samples", type=int, default=20000)
+    ap.add_argument("--mean-bytes", type=int, default=110000)
+    ap.add_argument("--classes", type=int, default=10)
+    ap.add_argument("--shard-bytes", type=int, default=1 << 26)
+    ap.add_argument("--seed", type=int, default=6)
+    ap.add_argument("--workers", type=int, default=4, help="reader processes (DataLoader workers)")
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--latency-ms", type=float, default=20.0)
+    ap.add_argument("--bandwidth-mbps", type=float, default=800.0,
+                    help="cap per TCP connection, megabits/s (0 = none)")
+    ap.add_argument("--systems", default="local,shardfs,streaming,s3fs,rclone,mountpoint")
+    ap.add_argument("--data-dir", default=os.path.expanduser("~/.cache/shardfs-bench/data"))
+    ap.add_argument("--venv", default=os.path.expanduser("~/.cache/shardfs-bench/venv"))
+    ap.add_argument("--out-dir", default=os.path.join(HERE, "out"))
+    ap.add_argument("--no-drop-caches", action="store_true")
+    ap.add_argument("--smoke", action="store_true",
+                    help="300 samples, local + shardfs only, strict checks, seconds")
+    ap.add_argument("--micro", action="store_true", help="also run the module micro-benchmarks")
+    ap.add_argument("--only-micro", action="store_true")
+    ap.add_argument("--shardfs-arg", action="append", default=[],
+                    help="extra argument for `shardfs mount` (repeatable)")
+    ap.add_argument("--bins", required=True, help="JSON of binary paths (from run.sh)")
+    args = ap.parse_args(argv)
+    if args.smoke:
+        args.samples = min(args.samples, 300)
+        args.systems = "local,shardfs"
+        args.latency_ms = min(args.latency_ms, 5.0)
+        args.no_drop_caches = True
+        args.data_dir = os.path.join(tempfile.gettempdir(), f"shardfs-bench-smoke-{os.getpid()}")
+    return args
+
+
+def main(argv):
+    args = parse_args(argv)
+    bins = json.loads(args.bins)
+    systems = [s.strip() for s in args.systems.split(",") if s.strip()]
+    unknown = set(systems) - set(ALL_SYSTEMS)
+    if unknown:
+        raise BenchError(f"unknown systems {sorted(unknown)}; known: {ALL_SYSTEMS}")
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    started = datetime.datetime.now(datetime.timezone.utc)
+    result = {"date": started.isoformat(timespec="seconds"), "argv": sys.argv,
+              "params": {k: v for k, v in vars(args).items() if k != "bins"},
+              "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release}}
+    procs = Procs()
+    workdir = tempfile.mkdtemp(prefix="shardfs-bench-")
+    ok = False
+    try:
+        if args.only_micro:
+            result["micro"] = micro(args, bins)
+            ok = all(m["rc"] == 0 for m in result["micro"].values())
+            return 0 if ok else 1
+        layout = dataset(args, bins)
+        result["dataset"] = {"params": layout["params"], "generated": layout["generated"]}
+        raw = Server(procs, bins["server"], layout["root"], 0, 0, workdir, "server-raw")
+        link = Server(procs, bins["server"], layout["root"], args.latency_ms,
+                      args.bandwidth_mbps, workdir, "server-link")
+        log(f"raw server {raw.endpoint}; emulated link {link.endpoint} "
+            f"({args.latency_ms} ms, {args.bandwidth_mbps} Mbit/s per connection)")
+        result["server_curl"] = {
+            "raw (no emulation)": measure_server(raw, layout, args.workers, "raw"),
+            "emulated link": measure_server(link, layout, args.workers, "link"),
+        }
+        procs.stop(raw.proc)
+        runner = Runner(args, bins, layout, procs, link, workdir)
+        runner.status = None
+        for system in systems:
+            try:
+                getattr(runner, system)()
+            except BenchError as e:
+                keep_logs(workdir, args.out_dir)
+                if args.smoke:
+                    raise
+                runner.skipped(system, f"FAILED: {e}")
+        result["rows"] = runner.rows
+        result["notes"] = runner.notes
+        result["shardfs_status"] = runner.status
+        text = table(runner.rows)
+        print(f"\n## shardfs benchmark, {result['date']}\n")
+        print(f"dataset: {layout['generated']['samples']} samples, "
+              f"{layout['generated']['image_bytes'] / 1e6:.0f} MB of images, "
+              f"{layout['generated']['shards']} MDS shards; {args.workers} reader processes, "
+              f"batch {args.batch_size}; link: {args.latency_ms} ms first-byte latency, "
+              f"{args.bandwidth_mbps} Mbit/s per connection\n")
+        print(server_table(result["server_curl"]) + "\n")
+        print(text)
+        for n in runner.notes:
+            print(f"\nnote: {n}")
+        if args.micro:
+            result["micro"] = micro(args, bins)
+            for name, m in result["micro"].items():
+                if m["rc"] != 0:
+                    runner.notes.append(f"micro-benchmark {name} FAILED (exit {m['rc']})")
+        failed = [n for n in runner.notes if n.startswith("CHECK FAILED")]
+        if args.smoke:
+            measured = {r["system"] for r in runner.rows if not r.get("skipped")}
+            if measured != {"local", "shardfs"}:
+                raise BenchError(f"smoke: expected local and shardfs rows, got {sorted(measured)}")
+        if failed and args.smoke:
+            raise BenchError("; ".join(failed))
+        ok = True
+        return 0
+    except BenchError as e:
+        log(f"FAILED: {e}")
+        result["error"] = str(e)
+        return 1
+    except KeyboardInterrupt:
+        log("interrupted")
+        return 130
+    finally:
+        procs.cleanup()
+        os.makedirs(args.out_dir, exist_ok=True)
+        stamp = started.strftime("%Y%m%dT%H%M%SZ")
+        name = "smoke" if args.smoke else "results"
+        result["ok"] = ok
+        path = os.path.join(args.out_dir, f"{name}-{stamp}.json")
+        with open(path, "w") as f:
+            json.dump(result, f, indent=1)
+        shutil.copyfile(path, os.path.join(args.out_dir, f"{name}-latest.json"))
+        log(f"wrote {path}")
+        if ok or args.smoke:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            log(f"kept {workdir} (logs) for inspection")
+        if args.smoke:
+            shutil.rmtree(args.data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,156 @@
+//! `bench-s3-server`: an S3-compatible server for the benchmarks that serves a directory and
+//! emulates a remote link, so shardfs and its peers can be compared on one machine.
+//!
+//! Built on the `s3s` crate (SigV4 is verified, one access key). The link knobs are the two
+//! that matter for object-store reads: first-byte latency added to every request
+//! (`--latency-ms`, S3 is ~15–30 ms) and a per-connection bandwidth cap (`--bandwidth-mbps`,
+//! megabits per second per TCP connection, as a single S3 connection tops out far below the
+//! NIC). `GET /__bench/stats` (unsigned, undelayed) returns the request and byte counters.
+//!
+//! Prints `listening on http://127.0.0.1:PORT` on stdout once it accepts connections.
+
+mod bucket;
+mod stats;
+mod throttle;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use bytes::Bytes;
+use clap::Parser;
+use hyper_util::rt::{TokioExecutor, TokioIo};
+
+use bucket::{DirS3, DirStore};
+use stats::Stats;
+use throttle::Throttled;
+
+/// Serve DIR (each subfolder a bucket) over S3 with an emulated remote link.
+#[derive(Debug, Parser)]
+struct Args {
+    /// Folder whose subfolders are the buckets.
+    dir: PathBuf,
+    /// Address to listen on (port 0 picks a free one).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Delay before each request is answered (first-byte latency), in milliseconds.
+    #[arg(long, default_value_t = 0.0)]
+    latency_ms: f64,
+    /// Send cap per TCP connection in megabits per second (0 = none).
+    #[arg(long, default_value_t = 0.0)]
+    bandwidth_mbps: f64,
+    /// Access key clients sign with.
+    #[arg(long, default_value = "bench")]
+    access_key: String,
+    /// Secret key clients sign with.
+    #[arg(long, default_value = "benchsecret")]
+    secret_key: String,
+    /// Log every request (method, path, Range header, status, time) to stderr.
+    #[arg(long)]
+    log_requests: bool,
+    /// Tokio worker threads.
+    #[arg(long, default_value_t = 2)]
+    threads: usize,
+}
+
+fn main() -> Result<()> {
+    let args = Args::parse();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(args.threads.max(1))
+        .enable_all()
+        .build()
+        .context("cannot start the tokio runtime")?;
+    rt.block_on(serve(args))
+}
+
+fn json(s: String) -> hyper::Response<s3s::Body> {
+    hyper::Response::new(s3s::Body::from(Bytes::from(s)))
+}
+
+async fn serve(args: Args) -> Result<()> {
+    let stats = Arc::new(Stats::default());
+    let store = Arc::new(
+        DirStore::open(&args.dir, stats.clone())
+            .with_context(|| format!("cannot index {}", args.dir.display()))?,
+    );
+    for (b, n, bytes) in store.summary() {
+        eprintln!("bucket {b}: {n} objects, {bytes} bytes");
+    }
+    let service = {
+        let mut b = s3s::service::S3ServiceBuilder::new(DirS3(store));
+        b.set_auth(s3s::auth::SimpleAuth::from_single(
+            args.access_key.as_str(),
+            args.secret_key.as_str(),
+        ));
+        b.build()
+    };
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("cannot listen on {}", args.listen))?;
+    let addr = listener.local_addr()?;
+    println!("listening on http://{addr}");
+    eprintln!(
+        "latency {} ms per request, bandwidth cap {} Mbit/s per connection",
+        args.latency_ms, args.bandwidth_mbps
+    );
+    let latency = Duration::from_secs_f64(args.latency_ms.max(0.0) / 1000.0);
+    let log = args.log_requests;
+    let rate = (args.bandwidth_mbps > 0.0).then(|| args.bandwidth_mbps * 1e6 / 8.0);
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("accept: {e}");
+                tokio::time::sleep(Duration::from_millis(10)).await;
+                continue;
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        stats.connections.fetch_add(1, Ordering::Relaxed);
+        let io = Throttled::new(stream, rate, stats.clone());
+        let service = service.clone();
+        let stats = stats.clone();
+        tokio::spawn(async move {
+            let svc =
+                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
+                    let service = service.clone();
+                    let stats = stats.clone();
+                    async move {
+                        if req.uri().path() == "/__bench/stats" {
+                            return Ok::<_, s3s::HttpError>(json(stats.to_json()));
+                        }
+                        if !latency.is_zero() {
+                            tokio::time::sleep(latency).await;
+                        }
+                        let line = log.then(|| {
+                            let range = req
+                                .headers()
+                                .get("range")
+                                .map(|v| v.to_str().unwrap_or("?").to_string());
+                            (
+                                req.method().clone(),
+                                req.uri().clone(),
+                                range,
+                                std::time::Instant::now(),
+                            )
+                        });
+                        let resp = hyper::service::Service::call(&service, req).await;
+                        if let Some((method, uri, range, t0)) = line {
+                            let status = resp.as_ref().map(|r| r.status().as_u16()).unwrap_or(0);
+                            eprintln!(
+                                "{method} {uri} range={range:?} -> {status} in {:?}",
+                                t0.elapsed()
+                            );
+                        }
+                        resp
+                    }
+                });
+            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
+                .serve_connection(TokioIo::new(io), svc)
+                .await;
+        });
+    }
+}

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""One epoch of mosaicml-streaming's StreamingDataset through a torch DataLoader.
+
+Reads the MDS dataset at --remote (s3://..., endpoint from S3_ENDPOINT_URL) into --local,
+with shuffle on (same seed and algorithm defaults as `shardfs mount --shuffle`), --workers
+DataLoader workers and --batch-size per batch. Prints one JSON object: samples, payload bytes
+(the `image` column), wall seconds, CPU seconds of this process and its workers, and peak RSS.
+Run it twice with the same --local for cold (empty cache) and warm (shards already local).
+"""
+
+import argparse
+import json
+import os
+import resource
+import time
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--remote", required=True)
+    ap.add_argument("--local", required=True)
+    ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--batch-size", type=int, default=32)
+    args = ap.parse_args()
+
+    t_import = time.perf_counter()
+    from streaming import StreamingDataset
+    from torch.utils.data import DataLoader
+    import_s = time.perf_counter() - t_import
+
+    t0 = time.perf_counter()
+    ds = StreamingDataset(remote=args.remote, local=args.local, shuffle=True,
+                          batch_size=args.batch_size)
+    # StreamingDataset 0.13 keeps the boto3 client that fetched index.json, with its pooled
+    # keep-alive connection, and DataLoader workers fork with it: several processes then share
+    # one TCP connection and responses interleave (seen here as shards with missing and
+    # foreign 4-16 KiB runs; over HTTPS the TLS errors make it retry). Drop the client before
+    # forking so each worker opens its own connections.
+    for stream in getattr(ds, "streams", []):
+        downloader = getattr(stream, "_downloader", None)
+        if downloader is not None and hasattr(downloader, "clean_up"):
+            downloader.clean_up()
+    loader = DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers,
+                        persistent_workers=False)
+    samples = payload = label_bytes = 0
+    for batch in loader:
+        images = batch["image"]
+        samples += len(images)
+        payload += sum(len(b) for b in images)
+        label_bytes += 8 * len(images)
+    wall = time.perf_counter() - t0
+    me = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    print(json.dumps({
+        "samples": samples,
+        "bytes": payload + label_bytes,
+        "payload_bytes": payload,
+        "wall_s": wall,
+        "import_s": import_s,
+        "cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
+        "peak_rss_mb": max(me.ru_maxrss, kids.ru_maxrss) / 1024.0,
+        "workers": args.workers,
+    }))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,309 @@
+//! Resolving `shardfs mount` options into a running filesystem: checks that fail early with
+//! one clear line (mountpoint, /dev/fuse, source), then store → index → plan → readahead →
+//! vfs → FUSE session.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, Weak};
+
+use anyhow::{bail, Context, Result};
+
+use super::ordering::OrderingArgs;
+use super::store_args::StoreArgs;
+use crate::cache::{CacheOptions, Dataset, ShardCache};
+use crate::fuse::{self, FuseOptions, Mounted};
+use crate::mds;
+use crate::order::{Planner, StreamSpec};
+use crate::readahead::{FurthestNextUse, OrderSource, Readahead, ReadaheadOptions};
+use crate::store::StoreOptions;
+use crate::vfs::{CachedShards, MdsDataset, ShardStore, Vfs, VfsConfig};
+
+/// Every option of `shardfs mount` except `--foreground` and `-o`.
+#[derive(Debug, clap::Args)]
+pub struct MountConfig {
+    /// SOURCE MOUNTPOINT, or only MOUNTPOINT when streams are given with --stream.
+    #[arg(value_name = "SOURCE MOUNTPOINT", num_args = 1..=2, required = true)]
+    positional: Vec<String>,
+    /// Local cache folder (and the background log `shardfs.log`).
+    #[arg(long, value_name = "DIR")]
+    pub cache_dir: Option<PathBuf>,
+    /// Most bytes of shards kept locally (suffixes KiB, MiB, GiB, TiB, and KB, MB, ...).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub cache_limit: Option<u64>,
+    /// Most bytes of shard headers and samples kept in memory (in front of the disk cache).
+    #[arg(long, value_name = "BYTES", value_parser = parse_size)]
+    pub memory_limit: Option<u64>,
+    /// How many epoch-E folders a listing of rank-R/ shows (any epoch can be opened by name).
+    #[arg(long, default_value_t = 1)]
+    pub epochs: u64,
+    /// Let other users (and root) read the mount (needs user_allow_other in /etc/fuse.conf).
+    #[arg(long)]
+    pub allow_other: bool,
+    /// Threads serving FUSE requests.
+    #[arg(long, default_value_t = 8)]
+    pub fuse_threads: usize,
+    /// Shard fetches in flight at once.
+    #[arg(long, default_value_t = 8)]
+    pub fetch_concurrency: usize,
+    /// How to reach the object store.
+    #[command(flatten)]
+    pub store: StoreArgs,
+    /// Ordering and world options (the meaning of StreamingDataset's arguments).
+    #[command(flatten)]
+    pub ordering: OrderingArgs,
+}
+
+/// Parses `10GiB`, `512MiB`, `1.5GB`, `4096` into bytes.
+pub fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kib" => 1024.0,
+        "m" | "mib" => 1024f64.powi(2),
+        "g" | "gib" => 1024f64.powi(3),
+        "t" | "tib" => 1024f64.powi(4),
+        "kb" => 1e3,
+        "mb" => 1e6,
+        "gb" => 1e9,
+        "tb" => 1e12,
+        other => {
+            return Err(format!(
+                "unknown size unit {other:?} in {s:?} (use KiB, MiB, GiB, TiB)"
+            ))
+        }
+    };
+    let v = n * mult;
+    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
+        return Err(format!("size out of range: {s:?}"));
+    }
+    Ok(v as u64)
+}
+
+impl MountConfig {
+    /// The mountpoint (the last positional argument).
+    pub fn mountpoint(&self) -> &Path {
+        Path::new(self.positional.last().map(String::as_str).unwrap_or(""))
+    }
+
+    /// The source, when given positionally.
+    pub fn source(&self) -> Option<&str> {
+        (self.positional.len() == 2).then(|| self.positional[0].as_str())
+    }
+
+    /// The cache folder: `--cache-dir`, else the cache module's default
+    /// (`$XDG_CACHE_HOME/shardfs`, `~/.cache/shardfs`, `/var/cache/shardfs` for root).
+    pub fn cache_dir(&self) -> PathBuf {
+        self.cache_dir
+            .clone()
+            .unwrap_or_else(crate::cache::default_cache_dir)
+    }
+}
+
+/// Checks the mountpoint and /dev/fuse, opens the dataset and mounts it.
+pub fn check_and_mount(config: &MountConfig) -> Result<Mounted> {
+    let mnt = config.mountpoint();
+    check_mountpoint(mnt)?;
+    check_dev_fuse()?;
+    let vfs = open_vfs(config)?;
+    let opts = FuseOptions {
+        allow_other: config.allow_other,
+        threads: config.fuse_threads,
+        fs_name: config.source().unwrap_or("shardfs").to_string(),
+    };
+    fuse::mount(vfs, mnt, &opts).with_context(|| format!("cannot mount at {}", mnt.display()))
+}
+
+fn check_mountpoint(mnt: &Path) -> Result<()> {
+    match std::fs::metadata(mnt) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => bail!("mountpoint {} is not a directory", mnt.display()),
+        Err(e) if e.raw_os_error() == Some(libc::ENOTCONN) => {
+            bail!(
+                "mountpoint {} is a stale mount (run `shardfs unmount {}`)",
+                mnt.display(),
+                mnt.display()
+            )
+        }
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("mountpoint {} does not exist", mnt.display())
+        }
+        Err(e) => bail!("mountpoint {}: {e}", mnt.display()),
+    }
+    if super::mount::is_mountpoint(mnt) {
+        bail!(
+            "mountpoint {} is busy: something is already mounted there",
+            mnt.display()
+        );
+    }
+    Ok(())
+}
+
+fn check_dev_fuse() -> Result<()> {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/fuse")
+    {
+        Ok(_) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            bail!("no /dev/fuse: load the fuse kernel module (modprobe fuse) or give the container the device (--device /dev/fuse)")
+        }
+        // Unprivileged users mount through fusermount3, which opens the device itself.
+        Err(e) if e.kind() == std::io::ErrorKind::PermissionDenied => {
+            if which("fusermount3").is_none() {
+                bail!("/dev/fuse is not accessible and fusermount3 is missing (install the fuse3 package)");
+            }
+            Ok(())
+        }
+        Err(e) => bail!("/dev/fuse: {e}"),
+    }
+}
+
+fn which(cmd: &str) -> Option<PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(cmd))
+        .find(|p| p.is_file())
+}
+
+/// One stream opened: its index, the raw index.json bytes and its shard cache.
+struct OpenedStream {
+    index: mds::Index,
+    index_json: Vec<u8>,
+    shards: Arc<dyn ShardStore>,
+}
+
+fn store_options(config: &MountConfig) -> StoreOptions {
+    StoreOptions {
+        max_concurrency: config.fetch_concurrency.max(1) * 2,
+        ..config.store.options()
+    }
+}
+
+fn open_stream(
+    config: &MountConfig,
+    source: &str,
+    cache_limit: Option<u64>,
+    readahead: Arc<OnceLock<Weak<Readahead>>>,
+    first_shard: u32,
+) -> Result<OpenedStream> {
+    let dataset = Dataset::load(source, &store_options(config))
+        .with_context(|| format!("cannot read index.json of {source}"))?;
+    let index = (**dataset.index()).clone();
+    let index_json = dataset.index_bytes().to_vec();
+    let opts = CacheOptions {
+        cache_dir: config.cache_dir(),
+        cache_limit,
+        memory_limit: config.memory_limit.unwrap_or(256 << 20),
+        prefetch_threads: 1,
+        ..CacheOptions::default()
+    };
+    let policy = Arc::new(FurthestNextUse::new(readahead, first_shard));
+    let cache =
+        ShardCache::open_with_policy(Arc::new(dataset), opts, policy).with_context(|| {
+            format!(
+                "cannot open the cache for {source} in {}",
+                config.cache_dir().display()
+            )
+        })?;
+    Ok(OpenedStream {
+        index,
+        index_json,
+        shards: Arc::new(CachedShards(cache)),
+    })
+}
+
+/// Opens every stream, builds the plan and the vfs.
+fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
+    let resolved = config.ordering.resolve(config.source())?;
+    let streams = resolved.streams.len().max(1) as u64;
+    let per_stream_limit = config.cache_limit.map(|l| l / streams);
+    // The readahead exists only once every stream's cache is open; the eviction policies
+    // reach it through this slot.
+    let slot: Arc<OnceLock<Weak<Readahead>>> = Arc::new(OnceLock::new());
+    let mut opened = Vec::new();
+    let mut first_shard = 0u32;
+    for s in &resolved.streams {
+        let o = open_stream(
+            config,
+            &s.source,
+            per_stream_limit,
+            slot.clone(),
+            first_shard,
+        )?;
+        first_shard += o.index.shards().len() as u32;
+        opened.push(o);
+    }
+    let specs: Vec<StreamSpec> = resolved
+        .streams
+        .iter()
+        .zip(&opened)
+        .map(|(s, o)| StreamSpec {
+            shard_samples: o.index.shard_samples(),
+            weight: s.weight,
+        })
+        .collect();
+    let planner = Planner::new(
+        specs,
+        resolved.options.clone(),
+        resolved.world,
+        resolved.resume,
+    )
+    .context("invalid ordering options")?;
+    let world = resolved.world;
+    let node = resolved.node_rank;
+    let global_ranks: Vec<u64> = (0..world.ranks_per_node)
+        .map(|l| node * world.ranks_per_node + l)
+        .collect();
+    // index.json at the root: the dataset's own for one stream; for several, the first
+    // stream's (each stream keeps its own index in its source).
+    let index_json = opened
+        .first()
+        .map(|o| o.index_json.clone())
+        .unwrap_or_default();
+    let dataset = Arc::new(MdsDataset::new(
+        opened.into_iter().map(|o| (o.index, o.shards)).collect(),
+    ));
+    // Readahead may cover most of the disk budget; without a limit, a generous window.
+    let budget = config.cache_limit.map(|l| l / 10 * 8).unwrap_or(8 << 30);
+    let readahead = Arc::new(Readahead::new(
+        Box::new(PlannerOrders { planner, node }),
+        dataset.clone(),
+        global_ranks.len(),
+        ReadaheadOptions {
+            budget_bytes: budget,
+            max_fetches: config.fetch_concurrency,
+            ..Default::default()
+        },
+    ));
+    let _ = slot.set(Arc::downgrade(&readahead));
+    let vfs = Vfs::new(
+        dataset,
+        readahead,
+        index_json,
+        VfsConfig {
+            global_ranks,
+            epochs_listed: config.epochs,
+        },
+    );
+    Ok(Arc::new(vfs))
+}
+
+/// Rank orders from StreamingDataset's plan, for this node's ranks.
+struct PlannerOrders {
+    planner: Planner,
+    node: u64,
+}
+
+impl OrderSource for PlannerOrders {
+    fn node_orders(&self, epoch: u64) -> Result<Vec<Vec<u64>>, String> {
+        self.planner
+            .node_orders(epoch, self.node)
+            .map_err(|e| e.to_string())
+    }
+}

@@ -1,0 +1,261 @@
+//! The mounted dataset: one or more MDS streams behind the shard cache, seen as global
+//! sample ids with column files ([`SampleSource`]) and shards ([`ShardSource`]).
+//!
+//! Global sample ids number the streams' samples one stream after the other, as
+//! StreamingDataset does; global shard numbers do the same for shards. A read is arithmetic
+//! plus table look-ups: sample → (stream, shard, index) by binary search over shard ends, then
+//! the shard header's offsets and the column sizes give the column's bytes, which `mds::render`
+//! turns into the file's bytes.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+
+use super::source::{ColumnFile, SampleSource, SourceError};
+use crate::cache::ShardCache;
+use crate::mds;
+use crate::readahead::ShardSource;
+
+/// Samples of one stream's shards: what the vfs needs from the cache.
+pub trait ShardStore: Send + Sync {
+    /// The raw bytes of sample `i` of shard `shard`, fetching the shard if needed (blocks).
+    fn sample(&self, shard: usize, i: u32) -> Result<Bytes, String>;
+    /// Like [`ShardStore::sample`], but may avoid downloading the whole shard (ranged reads
+    /// of an uncompressed remote shard), for `stat` of files not read yet.
+    fn sample_for_size(&self, shard: usize, i: u32) -> Result<Bytes, String> {
+        self.sample(shard, i)
+    }
+    /// Makes the shard resident without keeping it pinned (blocks).
+    fn ensure(&self, shard: usize) -> Result<(), String>;
+    /// Whether the shard can be read now without waiting for the store.
+    fn is_resident(&self, shard: usize) -> bool;
+    /// Live counters for `status.json`.
+    fn status(&self) -> serde_json::Value;
+}
+
+/// The disk cache as a [`ShardStore`].
+pub struct CachedShards(pub Arc<ShardCache>);
+
+impl ShardStore for CachedShards {
+    fn sample(&self, shard: usize, i: u32) -> Result<Bytes, String> {
+        // Fill (and verify) the whole shard first: the memory tier may hold this sample from a
+        // ranged read for `stat`, which no hash covers.
+        self.0.ensure(shard).map_err(|e| e.to_string())?;
+        self.0.sample(shard, i).map_err(|e| e.to_string())
+    }
+    fn sample_for_size(&self, shard: usize, i: u32) -> Result<Bytes, String> {
+        self.0.sample_direct(shard, i).map_err(|e| e.to_string())
+    }
+    fn ensure(&self, shard: usize) -> Result<(), String> {
+        self.0.ensure(shard).map_err(|e| e.to_string())
+    }
+    fn is_resident(&self, shard: usize) -> bool {
+        self.0.is_resident(shard)
+    }
+    fn status(&self) -> serde_json::Value {
+        let mut v = serde_json::to_value(self.0.stats()).unwrap_or_default();
+        if let Some(o) = v.as_object_mut() {
+            o.insert("source".into(), self.0.dataset().id().source.clone().into());
+            o.insert("dir".into(), self.0.dir().display().to_string().into());
+        }
+        v
+    }
+}
+
+/// One stream of the mount.
+pub struct Stream {
+    index: mds::Index,
+    shards: Arc<dyn ShardStore>,
+    first_sample: u64,
+    first_shard: u32,
+    /// Column files and encodings per shard (shards of one writer share them; kept per shard
+    /// since the format allows differences).
+    columns: Vec<Arc<(Vec<ColumnFile>, Vec<mds::Encoding>)>>,
+}
+
+/// All streams of the mount, in global-id order.
+pub struct MdsDataset {
+    streams: Vec<Stream>,
+    num_samples: u64,
+}
+
+impl MdsDataset {
+    /// Builds the dataset from each stream's index and shard store, in stream order.
+    pub fn new(parts: Vec<(mds::Index, Arc<dyn ShardStore>)>) -> Self {
+        let mut streams = Vec::new();
+        let mut first_sample = 0u64;
+        let mut first_shard = 0u32;
+        for (index, shards) in parts {
+            let mut columns: Vec<Arc<(Vec<ColumnFile>, Vec<mds::Encoding>)>> = Vec::new();
+            for s in index.shards() {
+                let files: Vec<ColumnFile> = s
+                    .columns
+                    .iter()
+                    .map(|c| ColumnFile::new(&c.name, mds::extension(&c.encoding)))
+                    .collect();
+                let encs: Vec<mds::Encoding> =
+                    s.columns.iter().map(|c| c.encoding.clone()).collect();
+                match columns.last() {
+                    Some(prev) if prev.0 == files && prev.1 == encs => {
+                        let p = prev.clone();
+                        columns.push(p)
+                    }
+                    _ => columns.push(Arc::new((files, encs))),
+                }
+            }
+            let n = index.num_samples();
+            let k = index.shards().len() as u32;
+            streams.push(Stream {
+                index,
+                shards,
+                first_sample,
+                first_shard,
+                columns,
+            });
+            first_sample += n;
+            first_shard += k;
+        }
+        Self {
+            streams,
+            num_samples: first_sample,
+        }
+    }
+
+    /// (stream, shard in stream, sample in shard) of a global sample id.
+    fn locate(&self, sample: u64) -> Option<(&Stream, usize, u32)> {
+        let k = self
+            .streams
+            .partition_point(|s| s.first_sample <= sample)
+            .checked_sub(1)?;
+        let stream = self.streams.get(k)?;
+        let (shard, i) = stream.index.locate(sample - stream.first_sample)?;
+        Some((stream, shard, i))
+    }
+
+    fn stream_of_shard(&self, shard: u32) -> Option<(&Stream, usize)> {
+        let k = self
+            .streams
+            .partition_point(|s| s.first_shard <= shard)
+            .checked_sub(1)?;
+        let stream = self.streams.get(k)?;
+        let local = (shard - stream.first_shard) as usize;
+        (local < stream.index.shards().len()).then_some((stream, local))
+    }
+
+    /// Calls `f` with the raw bytes of column `column` of `sample` and its encoding;
+    /// `for_size` allows a ranged read instead of a whole-shard fetch.
+    fn with_column<T>(
+        &self,
+        sample: u64,
+        column: u32,
+        for_size: bool,
+        f: impl FnOnce(&mds::Encoding, &[u8]) -> Result<T, mds::MdsError>,
+    ) -> Result<T, SourceError> {
+        let (stream, shard, i) = self.locate(sample).ok_or(SourceError::Missing)?;
+        let entry = stream
+            .index
+            .shards()
+            .get(shard)
+            .ok_or(SourceError::Missing)?;
+        let cols = stream.columns.get(shard).ok_or(SourceError::Missing)?;
+        let enc = cols.1.get(column as usize).ok_or(SourceError::Missing)?;
+        let name = entry.raw.basename.clone();
+        let fail = |why: String| SourceError::Shard {
+            shard: name.clone(),
+            why,
+        };
+        let raw_sample = if for_size {
+            stream.shards.sample_for_size(shard, i)
+        } else {
+            stream.shards.sample(shard, i)
+        }
+        .map_err(&fail)?;
+        let ranges = mds::split_sample(&entry.columns, &raw_sample)
+            .map_err(|e| fail(format!("sample {i}: {e}")))?;
+        let r = ranges
+            .get(column as usize)
+            .cloned()
+            .ok_or(SourceError::Missing)?;
+        let raw = raw_sample
+            .get(r)
+            .ok_or_else(|| fail(format!("column {column} of sample {i} out of bounds")))?;
+        f(enc, raw).map_err(|e| fail(format!("sample {i} column {column}: {e}")))
+    }
+
+    fn resident(&self, sample: u64) -> bool {
+        self.locate(sample)
+            .map(|(s, shard, _)| s.shards.is_resident(shard))
+            .unwrap_or(false)
+    }
+}
+
+impl ShardSource for MdsDataset {
+    fn shard_of(&self, sample: u64) -> Option<u32> {
+        self.locate(sample)
+            .map(|(s, shard, _)| s.first_shard + shard as u32)
+    }
+
+    fn shard_bytes(&self, shard: u32) -> u64 {
+        self.stream_of_shard(shard)
+            .and_then(|(s, k)| s.index.shards().get(k))
+            .map(|e| e.raw.bytes)
+            .unwrap_or(0)
+    }
+
+    fn is_resident(&self, shard: u32) -> bool {
+        self.stream_of_shard(shard)
+            .map(|(s, k)| s.shards.is_resident(k))
+            .unwrap_or(false)
+    }
+
+    fn fetch(&self, shard: u32) -> Result<(), String> {
+        let (s, k) = self
+            .stream_of_shard(shard)
+            .ok_or_else(|| format!("no shard {shard}"))?;
+        s.shards.ensure(k)
+    }
+}
+
+impl SampleSource for MdsDataset {
+    fn num_samples(&self) -> u64 {
+        self.num_samples
+    }
+
+    fn columns(&self, sample: u64) -> Option<&[ColumnFile]> {
+        let (stream, shard, _) = self.locate(sample)?;
+        stream.columns.get(shard).map(|c| &c.0[..])
+    }
+
+    fn file_size(&self, sample: u64, column: u32) -> Result<u64, SourceError> {
+        self.with_column(sample, column, !self.resident(sample), mds::rendered_len)
+    }
+
+    fn file_size_now(&self, sample: u64, column: u32) -> Option<u64> {
+        if !self.resident(sample) {
+            return None;
+        }
+        self.with_column(sample, column, false, mds::rendered_len)
+            .ok()
+    }
+
+    fn read(
+        &self,
+        sample: u64,
+        column: u32,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>, SourceError> {
+        self.with_column(sample, column, false, |enc, raw| {
+            let file = mds::render(enc, raw)?;
+            let start = usize::try_from(offset)
+                .unwrap_or(usize::MAX)
+                .min(file.len());
+            let end = start.saturating_add(size as usize).min(file.len());
+            Ok(file[start..end].to_vec())
+        })
+    }
+
+    fn status(&self) -> serde_json::Value {
+        serde_json::Value::Array(self.streams.iter().map(|s| s.shards.status()).collect())
+    }
+}

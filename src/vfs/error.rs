@@ -1,0 +1,55 @@
+//! Errors of the vfs, and the one place where every error becomes an errno.
+
+use super::source::SourceError;
+use crate::readahead::ReadaheadError;
+
+/// Why a filesystem request failed.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum VfsError {
+    /// No such file or folder.
+    #[error("not found")]
+    NotFound,
+    /// A file was used as a folder.
+    #[error("not a directory")]
+    NotADirectory,
+    /// A folder was read as a file.
+    #[error("is a directory")]
+    IsADirectory,
+    /// A write of any kind: the tree is read-only.
+    #[error("read-only file system")]
+    ReadOnly,
+    /// The shard behind a file could not be served.
+    #[error("shard {shard}: {why}")]
+    Shard {
+        /// The shard's name.
+        shard: String,
+        /// What went wrong.
+        why: String,
+    },
+    /// The sampling plan could not be computed.
+    #[error(transparent)]
+    Plan(#[from] ReadaheadError),
+}
+
+impl From<SourceError> for VfsError {
+    fn from(e: SourceError) -> Self {
+        match e {
+            SourceError::Missing => VfsError::NotFound,
+            SourceError::Shard { shard, why } => VfsError::Shard { shard, why },
+        }
+    }
+}
+
+impl VfsError {
+    /// The errno a reader sees for this error.
+    pub fn errno(&self) -> i32 {
+        match self {
+            VfsError::NotFound => libc::ENOENT,
+            VfsError::NotADirectory => libc::ENOTDIR,
+            VfsError::IsADirectory => libc::EISDIR,
+            VfsError::ReadOnly => libc::EROFS,
+            VfsError::Shard { .. } | VfsError::Plan(_) => libc::EIO,
+        }
+    }
+}

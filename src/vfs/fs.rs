@@ -1,0 +1,508 @@
+//! The filesystem core: lookups, attributes, paged listings and reads over computed names.
+
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use super::error::VfsError;
+use super::inode::{ColumnNo, Epoch, Fixed, Ino, LocalRank, Node, Position, SampleId, MAX_EPOCHS};
+use super::names::{file_name, parse_epoch_dir, parse_file_name, parse_rank_dir, width_for};
+use super::source::{SampleSource, SourceError};
+use super::status::ErrorLog;
+use crate::readahead::{RankOrder, Readahead};
+
+/// Kind of a node.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    /// A folder.
+    Dir,
+    /// A regular file.
+    File,
+}
+
+/// Attributes of a node, as `stat` shows them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Attr {
+    /// Inode number.
+    pub ino: Ino,
+    /// File or folder.
+    pub kind: Kind,
+    /// Exact size in bytes.
+    pub size: u64,
+    /// Permission bits.
+    pub perm: u16,
+    /// Modification time.
+    pub mtime: SystemTime,
+    /// Whether the attributes never change (long TTLs are safe); false for `status.json`.
+    pub immutable: bool,
+}
+
+/// One listing entry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DirEntry {
+    /// Inode number.
+    pub ino: Ino,
+    /// Name.
+    pub name: String,
+    /// File or folder.
+    pub kind: Kind,
+    /// Offset to pass back to continue the listing after this entry.
+    pub next_offset: u64,
+}
+
+/// Settings of the tree.
+#[derive(Clone, Debug)]
+pub struct VfsConfig {
+    /// Global rank number of each local rank served by this node.
+    pub global_ranks: Vec<u64>,
+    /// How many `epoch-E` folders a listing of `rank-R/` shows.
+    pub epochs_listed: u64,
+}
+
+/// The read-only filesystem as a plain Rust value (no FUSE types).
+pub struct Vfs {
+    source: Arc<dyn SampleSource>,
+    readahead: Arc<Readahead>,
+    index_json: Vec<u8>,
+    config: VfsConfig,
+    errors: ErrorLog,
+    mounted_at: SystemTime,
+    started: Instant,
+    /// The `status.json` bytes as of the last `getattr`: reads serve this snapshot, so the
+    /// content always matches the size the kernel was given.
+    status_snapshot: std::sync::Mutex<(Arc<Vec<u8>>, SystemTime)>,
+}
+
+const FIRST_FILE_OFFSET: u64 = 3;
+/// `status.json` sizes are multiples of this.
+const STATUS_PAD: usize = 4096;
+
+impl Vfs {
+    /// Builds the tree over `source`, with rank orders and readahead from `readahead`.
+    pub fn new(
+        source: Arc<dyn SampleSource>,
+        readahead: Arc<Readahead>,
+        index_json: Vec<u8>,
+        config: VfsConfig,
+    ) -> Self {
+        Self {
+            source,
+            readahead,
+            index_json,
+            config,
+            errors: ErrorLog::default(),
+            mounted_at: SystemTime::now(),
+            started: Instant::now(),
+            status_snapshot: std::sync::Mutex::new((Arc::new(Vec::new()), SystemTime::UNIX_EPOCH)),
+        }
+    }
+
+    /// The readahead scheduler (for eviction decisions and tests).
+    pub fn readahead(&self) -> &Readahead {
+        &self.readahead
+    }
+
+    fn local_rank_of(&self, global: u64) -> Option<LocalRank> {
+        self.config
+            .global_ranks
+            .iter()
+            .position(|&g| g == global)
+            .map(|i| LocalRank(i as u32))
+    }
+
+    fn global_rank(&self, local: LocalRank) -> Result<u64, VfsError> {
+        self.config
+            .global_ranks
+            .get(local.0 as usize)
+            .copied()
+            .ok_or(VfsError::NotFound)
+    }
+
+    fn order(&self, rank: LocalRank, epoch: Epoch) -> Result<RankOrder, VfsError> {
+        self.global_rank(rank)?;
+        Ok(self.readahead.order(epoch.0, rank.0 as usize)?)
+    }
+
+    fn sample_at(&self, rank: LocalRank, epoch: Epoch, pos: Position) -> Result<u64, VfsError> {
+        let order = self.order(rank, epoch)?;
+        usize::try_from(pos.0)
+            .ok()
+            .and_then(|p| order.get(p))
+            .ok_or(VfsError::NotFound)
+    }
+
+    fn ino(node: Node) -> Result<Ino, VfsError> {
+        node.ino().ok_or(VfsError::NotFound)
+    }
+
+    /// Resolves `name` inside folder `parent`.
+    pub fn lookup(&self, parent: Ino, name: &str) -> Result<Attr, VfsError> {
+        let node = Node::from_ino(parent).ok_or(VfsError::NotFound)?;
+        let child = match node {
+            Node::Fixed(Fixed::Root) => match name {
+                "index.json" => Node::Fixed(Fixed::IndexJson),
+                "samples" => Node::Fixed(Fixed::SamplesDir),
+                ".shardfs" => Node::Fixed(Fixed::ControlDir),
+                _ => {
+                    let global = parse_rank_dir(name).ok_or(VfsError::NotFound)?;
+                    Node::RankDir(self.local_rank_of(global).ok_or(VfsError::NotFound)?)
+                }
+            },
+            Node::Fixed(Fixed::ControlDir) => match name {
+                "status.json" => Node::Fixed(Fixed::StatusJson),
+                _ => return Err(VfsError::NotFound),
+            },
+            Node::RankDir(r) => {
+                let e = parse_epoch_dir(name).ok_or(VfsError::NotFound)?;
+                if e >= MAX_EPOCHS {
+                    return Err(VfsError::NotFound);
+                }
+                Node::EpochDir(r, Epoch(e))
+            }
+            Node::EpochDir(r, e) => {
+                let order = self.order(r, e)?;
+                let (pos, suffix) = parse_file_name(name, width_for(order.len() as u64))
+                    .ok_or(VfsError::NotFound)?;
+                let sample = usize::try_from(pos)
+                    .ok()
+                    .and_then(|p| order.get(p))
+                    .ok_or(VfsError::NotFound)?;
+                let col = self.column_named(sample, suffix)?;
+                Node::RankFile(r, e, Position(pos), col)
+            }
+            Node::Fixed(Fixed::SamplesDir) => {
+                let (id, suffix) = parse_file_name(name, width_for(self.source.num_samples()))
+                    .ok_or(VfsError::NotFound)?;
+                if id >= self.source.num_samples() {
+                    return Err(VfsError::NotFound);
+                }
+                let col = self.column_named(id, suffix)?;
+                Node::SampleFile(SampleId(id), col)
+            }
+            _ => return Err(VfsError::NotADirectory),
+        };
+        self.getattr(Self::ino(child)?)
+    }
+
+    fn column_named(&self, sample: u64, suffix: &str) -> Result<ColumnNo, VfsError> {
+        let cols = self.source.columns(sample).ok_or(VfsError::NotFound)?;
+        cols.iter()
+            .position(|c| c.suffix == suffix)
+            .map(|i| ColumnNo(i as u32))
+            .ok_or(VfsError::NotFound)
+    }
+
+    fn dir_attr(&self, ino: Ino) -> Attr {
+        Attr {
+            ino,
+            kind: Kind::Dir,
+            size: 0,
+            perm: 0o555,
+            mtime: self.mounted_at,
+            immutable: true,
+        }
+    }
+
+    fn file_attr(&self, ino: Ino, size: u64) -> Attr {
+        Attr {
+            ino,
+            kind: Kind::File,
+            size,
+            perm: 0o444,
+            mtime: self.mounted_at,
+            immutable: true,
+        }
+    }
+
+    /// Attributes of `ino`, with the exact size (may wait for the shard or its header).
+    pub fn getattr(&self, ino: Ino) -> Result<Attr, VfsError> {
+        let node = Node::from_ino(ino).ok_or(VfsError::NotFound)?;
+        match node {
+            Node::Fixed(Fixed::IndexJson) => Ok(self.file_attr(ino, self.index_json.len() as u64)),
+            Node::Fixed(Fixed::StatusJson) => {
+                let now = SystemTime::now();
+                let snapshot = Arc::new(self.status_json());
+                let size = snapshot.len() as u64;
+                *self
+                    .status_snapshot
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = (snapshot, now);
+                Ok(Attr {
+                    size,
+                    mtime: now,
+                    immutable: false,
+                    ..self.file_attr(ino, 0)
+                })
+            }
+            Node::RankDir(r) => self.global_rank(r).map(|_| self.dir_attr(ino)),
+            Node::EpochDir(r, _) => self.global_rank(r).map(|_| self.dir_attr(ino)),
+            n if n.is_dir() => Ok(self.dir_attr(ino)),
+            Node::RankFile(r, e, p, c) => {
+                let sample = self.sample_at(r, e, p)?;
+                // A reader opening a file is where it first waits for the shard: tell the
+                // readahead now and count the wait as a stall.
+                self.readahead.on_read(r.0 as usize, e.0, p.0);
+                let resident = self
+                    .source
+                    .shard_of(sample)
+                    .map(|s| self.source.is_resident(s))
+                    .unwrap_or(true);
+                let started = Instant::now();
+                let attr = self.sized(ino, sample, c);
+                if !resident {
+                    self.readahead.record_stall(started.elapsed());
+                }
+                attr
+            }
+            Node::SampleFile(s, c) => self.sized(ino, s.0, c),
+            _ => Err(VfsError::NotFound),
+        }
+    }
+
+    fn sized(&self, ino: Ino, sample: u64, col: ColumnNo) -> Result<Attr, VfsError> {
+        match self.source.file_size(sample, col.0) {
+            Ok(size) => Ok(self.file_attr(ino, size)),
+            Err(e) => Err(self.source_failed(e)),
+        }
+    }
+
+    /// Attributes of `ino` when they are known without waiting for the store (for
+    /// READDIRPLUS, which must not fetch a whole folder's shards).
+    pub fn attr_now(&self, ino: Ino) -> Option<Attr> {
+        match Node::from_ino(ino)? {
+            Node::RankFile(r, e, p, c) => {
+                let sample = self.sample_at(r, e, p).ok()?;
+                self.source
+                    .file_size_now(sample, c.0)
+                    .map(|s| self.file_attr(ino, s))
+            }
+            Node::SampleFile(s, c) => self
+                .source
+                .file_size_now(s.0, c.0)
+                .map(|size| self.file_attr(ino, size)),
+            _ => self.getattr(ino).ok(),
+        }
+    }
+
+    fn source_failed(&self, e: SourceError) -> VfsError {
+        if let SourceError::Shard { shard, why } = &e {
+            self.errors.record(shard, why);
+        }
+        e.into()
+    }
+
+    /// Lists folder `ino` from `offset` (0 to start, else an entry's `next_offset`), handing
+    /// entries to `add` until it returns `true` (buffer full). Folders are never built whole.
+    pub fn readdir(
+        &self,
+        ino: Ino,
+        offset: u64,
+        mut add: impl FnMut(DirEntry) -> bool,
+    ) -> Result<(), VfsError> {
+        let node = Node::from_ino(ino).ok_or(VfsError::NotFound)?;
+        if !node.is_dir() {
+            return Err(VfsError::NotADirectory);
+        }
+        let dot = [
+            (ino, ".".to_string(), Kind::Dir),
+            (
+                Self::ino(Node::Fixed(Fixed::Root))?,
+                "..".to_string(),
+                Kind::Dir,
+            ),
+        ];
+        for (i, (e_ino, name, kind)) in dot.into_iter().enumerate() {
+            if (i as u64) >= offset
+                && add(DirEntry {
+                    ino: e_ino,
+                    name,
+                    kind,
+                    next_offset: i as u64 + 1,
+                })
+            {
+                return Ok(());
+            }
+        }
+        let start = offset.saturating_sub(2);
+        let fixed = |entries: Vec<(Node, String)>,
+                     add: &mut dyn FnMut(DirEntry) -> bool|
+         -> Result<(), VfsError> {
+            for (i, (n, name)) in entries.into_iter().enumerate().skip(start as usize) {
+                let kind = if n.is_dir() { Kind::Dir } else { Kind::File };
+                if add(DirEntry {
+                    ino: Self::ino(n)?,
+                    name,
+                    kind,
+                    next_offset: i as u64 + FIRST_FILE_OFFSET,
+                }) {
+                    break;
+                }
+            }
+            Ok(())
+        };
+        match node {
+            Node::Fixed(Fixed::Root) => {
+                let mut entries = vec![
+                    (Node::Fixed(Fixed::IndexJson), "index.json".to_string()),
+                    (Node::Fixed(Fixed::SamplesDir), "samples".to_string()),
+                    (Node::Fixed(Fixed::ControlDir), ".shardfs".to_string()),
+                ];
+                for (i, g) in self.config.global_ranks.iter().enumerate() {
+                    entries.push((Node::RankDir(LocalRank(i as u32)), format!("rank-{g}")));
+                }
+                fixed(entries, &mut add)
+            }
+            Node::Fixed(Fixed::ControlDir) => fixed(
+                vec![(Node::Fixed(Fixed::StatusJson), "status.json".into())],
+                &mut add,
+            ),
+            Node::RankDir(r) => {
+                self.global_rank(r)?;
+                let n = self.config.epochs_listed.min(MAX_EPOCHS);
+                let entries = (0..n)
+                    .map(|e| (Node::EpochDir(r, Epoch(e)), format!("epoch-{e}")))
+                    .collect();
+                fixed(entries, &mut add)
+            }
+            Node::EpochDir(r, e) => {
+                let order = self.order(r, e)?;
+                let width = width_for(order.len() as u64);
+                self.list_files(
+                    offset,
+                    order.len() as u64,
+                    width,
+                    |p| order.get(p as usize),
+                    |p, c| Node::RankFile(r, e, Position(p), c),
+                    &mut add,
+                )
+            }
+            Node::Fixed(Fixed::SamplesDir) => {
+                let n = self.source.num_samples();
+                self.list_files(
+                    offset,
+                    n,
+                    width_for(n),
+                    Some,
+                    |s, c| Node::SampleFile(SampleId(s), c),
+                    &mut add,
+                )
+            }
+            _ => Err(VfsError::NotADirectory),
+        }
+    }
+
+    /// Pages through `len` numbered entries, each with its sample's column files. The offset
+    /// of an entry encodes (number, column), so resuming costs nothing.
+    fn list_files(
+        &self,
+        offset: u64,
+        len: u64,
+        width: usize,
+        sample_of: impl Fn(u64) -> Option<u64>,
+        node_of: impl Fn(u64, ColumnNo) -> Node,
+        add: &mut dyn FnMut(DirEntry) -> bool,
+    ) -> Result<(), VfsError> {
+        let (mut number, mut col) = if offset < FIRST_FILE_OFFSET {
+            (0, 0)
+        } else {
+            let key = offset - FIRST_FILE_OFFSET + 1;
+            (key >> 8, (key & 0xff) as usize)
+        };
+        while number < len {
+            let sample = sample_of(number).ok_or(VfsError::NotFound)?;
+            let cols = self.source.columns(sample).unwrap_or(&[]);
+            while col < cols.len() {
+                let ino = Self::ino(node_of(number, ColumnNo(col as u32)))?;
+                let next_offset = FIRST_FILE_OFFSET + ((number << 8) | col as u64);
+                let name = file_name(number, width, &cols[col].suffix);
+                if add(DirEntry {
+                    ino,
+                    name,
+                    kind: Kind::File,
+                    next_offset,
+                }) {
+                    return Ok(());
+                }
+                col += 1;
+            }
+            number += 1;
+            col = 0;
+        }
+        Ok(())
+    }
+
+    /// Reads up to `size` bytes of file `ino` from `offset`.
+    pub fn read(&self, ino: Ino, offset: u64, size: u32) -> Result<Vec<u8>, VfsError> {
+        let node = Node::from_ino(ino).ok_or(VfsError::NotFound)?;
+        let slice = |bytes: &[u8]| {
+            let start = usize::try_from(offset)
+                .unwrap_or(usize::MAX)
+                .min(bytes.len());
+            let end = start.saturating_add(size as usize).min(bytes.len());
+            bytes[start..end].to_vec()
+        };
+        match node {
+            Node::Fixed(Fixed::IndexJson) => Ok(slice(&self.index_json)),
+            Node::Fixed(Fixed::StatusJson) => {
+                let snapshot = self
+                    .status_snapshot
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .0
+                    .clone();
+                Ok(slice(&snapshot))
+            }
+            Node::RankFile(r, e, p, c) => {
+                let sample = self.sample_at(r, e, p)?;
+                self.readahead.on_read(r.0 as usize, e.0, p.0);
+                let data = self.read_sample(sample, c, offset, size)?;
+                self.readahead.count_bytes(r.0 as usize, data.len() as u64);
+                Ok(data)
+            }
+            Node::SampleFile(s, c) => self.read_sample(s.0, c, offset, size),
+            n if n.is_dir() => Err(VfsError::IsADirectory),
+            _ => Err(VfsError::NotFound),
+        }
+    }
+
+    fn read_sample(
+        &self,
+        sample: u64,
+        col: ColumnNo,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>, VfsError> {
+        let resident = self
+            .source
+            .shard_of(sample)
+            .map(|s| self.source.is_resident(s))
+            .unwrap_or(true);
+        let started = Instant::now();
+        let r = self.source.read(sample, col.0, offset, size);
+        if !resident {
+            self.readahead.record_stall(started.elapsed());
+        }
+        r.map_err(|e| self.source_failed(e))
+    }
+
+    /// The current `status.json` bytes.
+    pub fn status_json(&self) -> Vec<u8> {
+        let v = serde_json::json!({
+            "pid": std::process::id(),
+            "mounted_at_unix": self.mounted_at.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            "uptime_seconds": self.started.elapsed().as_secs_f64(),
+            "ranks": self.config.global_ranks,
+            "epochs_listed": self.config.epochs_listed,
+            "samples": self.source.num_samples(),
+            "errors": self.errors.to_json(),
+            "readahead": self.readahead.status(),
+            "cache": self.source.status(),
+        });
+        let mut out = serde_json::to_vec_pretty(&v).unwrap_or_default();
+        // Pad with spaces to a multiple of 4 KiB: the size rarely changes between snapshots,
+        // so a reader racing a refresh never sees a length that disagrees with the content.
+        let padded = (out.len() + 1).div_ceil(STATUS_PAD) * STATUS_PAD;
+        out.resize(padded - 1, b' ');
+        out.push(b'\n');
+        out
+    }
+}

@@ -1,0 +1,61 @@
+//! What the vfs needs from the dataset: columns, exact sizes and bytes of each sample.
+//!
+//! The vfs is written against this trait so that it can be driven by an in-memory dataset in
+//! tests and by the MDS shard cache when mounted.
+
+use crate::readahead::ShardSource;
+
+/// One column as it appears in file names: `NNNNNNNN.{name}.{ext}`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ColumnFile {
+    /// `{name}.{ext}`, the part of the file name after the number.
+    pub suffix: String,
+}
+
+impl ColumnFile {
+    /// The file suffix of column `name` whose files end in `.ext`.
+    pub fn new(name: &str, ext: &str) -> Self {
+        Self {
+            suffix: format!("{name}.{ext}"),
+        }
+    }
+}
+
+/// Why a sample's bytes could not be served.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SourceError {
+    /// No such sample or column.
+    #[error("no such sample or column")]
+    Missing,
+    /// The shard could not be fetched, failed its hash, or its bytes are malformed.
+    #[error("shard {shard}: {why}")]
+    Shard {
+        /// The shard's name (its basename in the dataset).
+        shard: String,
+        /// What went wrong.
+        why: String,
+    },
+}
+
+/// The dataset as the vfs sees it: global sample ids, their column files and bytes.
+pub trait SampleSource: ShardSource {
+    /// Number of samples (global ids are `0..num_samples`).
+    fn num_samples(&self) -> u64;
+    /// The column files every sample of `sample`'s stream has, in file-name order.
+    fn columns(&self, sample: u64) -> Option<&[ColumnFile]>;
+    /// Exact size of the column file (may fetch the shard or its header).
+    fn file_size(&self, sample: u64, column: u32) -> Result<u64, SourceError>;
+    /// The size when it is known without waiting for the store, else `None`.
+    fn file_size_now(&self, sample: u64, column: u32) -> Option<u64>;
+    /// Up to `size` bytes of the column file from `offset`.
+    fn read(
+        &self,
+        sample: u64,
+        column: u32,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>, SourceError>;
+    /// Live counters of the store and cache for `status.json`.
+    fn status(&self) -> serde_json::Value;
+}

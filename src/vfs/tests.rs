@@ -1,0 +1,269 @@
+//! The vfs against a model: an in-memory dataset and permutation orders.
+
+use super::*;
+use crate::readahead::{OrderSource, Readahead, ReadaheadOptions, ShardSource};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::Arc;
+
+/// Sample `s` has `1 + s % 3` columns; column `c` holds `s`'s decimal repeated `c + 1` times.
+struct Memory {
+    n: u64,
+    cols: Vec<ColumnFile>,
+    per_shard: u64,
+    fetches: AtomicU64,
+    broken_shard: Option<u32>,
+}
+
+impl Memory {
+    fn bytes(s: u64, c: u32) -> Vec<u8> {
+        s.to_string().repeat(c as usize + 1).into_bytes()
+    }
+}
+
+impl ShardSource for Memory {
+    fn shard_of(&self, sample: u64) -> Option<u32> {
+        (sample < self.n).then_some((sample / self.per_shard) as u32)
+    }
+    fn shard_bytes(&self, _shard: u32) -> u64 {
+        1000
+    }
+    fn is_resident(&self, _shard: u32) -> bool {
+        false
+    }
+    fn fetch(&self, _shard: u32) -> Result<(), String> {
+        self.fetches.fetch_add(1, Relaxed);
+        Ok(())
+    }
+}
+
+impl SampleSource for Memory {
+    fn num_samples(&self) -> u64 {
+        self.n
+    }
+    fn columns(&self, sample: u64) -> Option<&[ColumnFile]> {
+        (sample < self.n).then(|| &self.cols[..1 + (sample % 3) as usize])
+    }
+    fn file_size(&self, sample: u64, column: u32) -> Result<u64, SourceError> {
+        self.read(sample, column, 0, u32::MAX)
+            .map(|b| b.len() as u64)
+    }
+    fn file_size_now(&self, _sample: u64, _column: u32) -> Option<u64> {
+        None
+    }
+    fn read(
+        &self,
+        sample: u64,
+        column: u32,
+        offset: u64,
+        size: u32,
+    ) -> Result<Vec<u8>, SourceError> {
+        if Some(self.shard_of(sample).ok_or(SourceError::Missing)?) == self.broken_shard {
+            return Err(SourceError::Shard {
+                shard: "shard.00001.mds".into(),
+                why: "hash mismatch".into(),
+            });
+        }
+        let b = Self::bytes(sample, column);
+        let start = (offset as usize).min(b.len());
+        let end = start.saturating_add(size as usize).min(b.len());
+        Ok(b[start..end].to_vec())
+    }
+    fn status(&self) -> serde_json::Value {
+        serde_json::json!({"fetches": self.fetches.load(Relaxed)})
+    }
+}
+
+/// Rank r of `ranks` gets samples r, r+ranks, ... in reverse order, rotated by the epoch.
+struct Strided {
+    n: u64,
+    global: Vec<u64>,
+    world: u64,
+}
+
+impl OrderSource for Strided {
+    fn node_orders(&self, epoch: u64) -> Result<Vec<Vec<u64>>, String> {
+        Ok(self
+            .global
+            .iter()
+            .map(|&g| model_order(self.n, self.world, g, epoch))
+            .collect())
+    }
+}
+
+fn model_order(n: u64, world: u64, rank: u64, epoch: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = (rank..n).step_by(world as usize).collect();
+    v.reverse();
+    let k = (epoch as usize) % v.len().max(1);
+    v.rotate_left(k);
+    v
+}
+
+fn vfs(n: u64, global: Vec<u64>, world: u64, broken_shard: Option<u32>) -> Vfs {
+    let cols = vec![
+        ColumnFile::new("a", "bin"),
+        ColumnFile::new("b.c", "txt"),
+        ColumnFile::new("z", "npy"),
+    ];
+    let src = Arc::new(Memory {
+        n,
+        cols,
+        per_shard: 10,
+        fetches: AtomicU64::new(0),
+        broken_shard,
+    });
+    let ra = Arc::new(Readahead::new(
+        Box::new(Strided {
+            n,
+            global: global.clone(),
+            world,
+        }),
+        src.clone(),
+        global.len(),
+        ReadaheadOptions::default(),
+    ));
+    Vfs::new(
+        src,
+        ra,
+        b"{\"shards\": []}".to_vec(),
+        VfsConfig {
+            global_ranks: global,
+            epochs_listed: 2,
+        },
+    )
+}
+
+fn list(v: &Vfs, ino: Ino, page: usize) -> Vec<DirEntry> {
+    let mut out: Vec<DirEntry> = Vec::new();
+    let mut offset = 0;
+    loop {
+        let mut got = Vec::new();
+        v.readdir(ino, offset, |e| {
+            got.push(e);
+            got.len() >= page
+        })
+        .unwrap();
+        let Some(last) = got.last() else { break };
+        offset = last.next_offset;
+        out.extend(got);
+    }
+    out
+}
+
+fn path(v: &Vfs, p: &str) -> Result<Attr, VfsError> {
+    let mut ino = Ino(1);
+    let mut attr = v.getattr(ino)?;
+    for part in p.split('/').filter(|s| !s.is_empty()) {
+        attr = v.lookup(ino, part)?;
+        ino = attr.ino;
+    }
+    Ok(attr)
+}
+
+#[test]
+fn root_lists_fixed_entries_and_served_ranks() {
+    let v = vfs(50, vec![2, 3], 4, None);
+    let names: Vec<String> = list(&v, Ino(1), 2).into_iter().map(|e| e.name).collect();
+    assert_eq!(
+        names,
+        [
+            ".",
+            "..",
+            "index.json",
+            "samples",
+            ".shardfs",
+            "rank-2",
+            "rank-3"
+        ]
+    );
+    assert_eq!(path(&v, "rank-0").unwrap_err().errno(), libc::ENOENT);
+    assert_eq!(path(&v, "rank-3/epoch-7").unwrap().kind, Kind::Dir);
+    let rank: Vec<String> = list(&v, path(&v, "rank-2").unwrap().ino, 100)
+        .into_iter()
+        .map(|e| e.name)
+        .collect();
+    assert_eq!(rank, [".", "..", "epoch-0", "epoch-1"]);
+    let idx = path(&v, "index.json").unwrap();
+    assert_eq!(v.read(idx.ino, 0, 1000).unwrap(), b"{\"shards\": []}");
+}
+
+#[test]
+fn epoch_folders_list_the_model_order_in_any_page_size() {
+    let v = vfs(103, vec![1, 2], 3, None);
+    for (local, global) in [(0usize, 1u64), (1, 2)] {
+        for epoch in [0u64, 1, 5] {
+            let dir = path(&v, &format!("rank-{global}/epoch-{epoch}")).unwrap();
+            let full = list(&v, dir.ino, 1000);
+            for page in [1, 2, 7] {
+                assert_eq!(list(&v, dir.ino, page), full);
+            }
+            let mut names: Vec<String> = full.iter().skip(2).map(|e| e.name.clone()).collect();
+            let listed = names.clone();
+            names.sort();
+            assert_eq!(names, listed, "listing is in lexical order");
+            // Each position's first column file is `a.bin`; reading it gives the model sample.
+            let order = model_order(103, 3, global, epoch);
+            let firsts: Vec<&String> = names.iter().filter(|n| n.ends_with(".a.bin")).collect();
+            assert_eq!(firsts.len(), order.len());
+            for (p, name) in firsts.iter().enumerate() {
+                assert_eq!(name.as_str(), format!("{p:08}.a.bin"));
+                let a = v.lookup(dir.ino, name).unwrap();
+                assert_eq!(v.read(a.ino, 0, 4096).unwrap(), Memory::bytes(order[p], 0));
+            }
+            let _ = local;
+        }
+    }
+}
+
+#[test]
+fn files_have_exact_sizes_and_partial_reads() {
+    let v = vfs(40, vec![0], 1, None);
+    let f = path(&v, "samples/00000035.b.c.txt").unwrap();
+    assert_eq!(f.size, 4);
+    assert_eq!(v.read(f.ino, 1, 2).unwrap(), b"53");
+    assert_eq!(v.read(f.ino, 10, 2).unwrap(), b"");
+    // sample 36 has one column only
+    assert_eq!(
+        path(&v, "samples/00000036.b.c.txt").unwrap_err().errno(),
+        libc::ENOENT
+    );
+    assert_eq!(
+        path(&v, "samples/00000040.a.bin").unwrap_err().errno(),
+        libc::ENOENT
+    );
+    assert_eq!(
+        path(&v, "samples/0000035.b.c.txt").unwrap_err().errno(),
+        libc::ENOENT
+    );
+    assert_eq!(
+        path(&v, "samples/00000035.a.bin/x").unwrap_err().errno(),
+        libc::ENOTDIR
+    );
+    let dir = path(&v, "samples").unwrap();
+    assert_eq!(v.read(dir.ino, 0, 10).unwrap_err().errno(), libc::EISDIR);
+    let n = list(&v, dir.ino, 5).len() - 2;
+    assert_eq!(n as u64, (0..40u64).map(|s| 1 + s % 3).sum::<u64>());
+}
+
+#[test]
+fn broken_shard_gives_eio_and_is_reported_while_others_work() {
+    let v = vfs(40, vec![0], 1, Some(1));
+    let e = path(&v, "samples/00000012.a.bin").unwrap_err();
+    assert_eq!(e.errno(), libc::EIO);
+    assert!(path(&v, "samples/00000022.a.bin").is_ok());
+    let status: serde_json::Value = serde_json::from_slice(&v.status_json()).unwrap();
+    assert_eq!(status["errors"]["count"], 1);
+    assert_eq!(status["errors"]["recent"][0]["shard"], "shard.00001.mds");
+    assert_eq!(status["errors"]["recent"][0]["why"], "hash mismatch");
+}
+
+#[test]
+fn huge_dataset_resolves_without_materialising() {
+    let v = vfs(300_000_000, vec![0], 1_000_000, None);
+    let f = path(&v, "samples/299999999.a.bin").unwrap();
+    assert_eq!(f.size, 9);
+    assert!(
+        path(&v, "samples/00000001.a.bin").is_err(),
+        "width is 9 digits here"
+    );
+    assert!(path(&v, "samples/000000001.a.bin").is_ok());
+}

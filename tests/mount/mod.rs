@@ -1,0 +1,619 @@
+//! Real FUSE mounts through the `shardfs` binary, checked against the fixtures.
+
+mod orders;
+
+use crate::common::{fixtures, shardfs_bin};
+use base64::Engine;
+use shardfs::mds;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// A private copy of the binary: the shared target folder's copy can be replaced by another
+/// build while tests run.
+pub fn bin() -> &'static Path {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| {
+        let dir = std::env::temp_dir().join(format!("shardfs-test-bin-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let p = dir.join("shardfs");
+        let from = std::env::var_os("SHARDFS_BIN")
+            .map(PathBuf::from)
+            .unwrap_or_else(shardfs_bin);
+        std::fs::copy(from, &p).unwrap();
+        p
+    })
+}
+
+/// A background mount in a temporary folder, unmounted on drop.
+pub struct Mount {
+    pub mnt: PathBuf,
+    _dir: tempfile::TempDir,
+    pub cache: PathBuf,
+}
+
+impl Mount {
+    /// `shardfs mount SOURCE MNT extra...` in background mode (returns once it answers).
+    pub fn new(source: &str, extra: &[&str]) -> Mount {
+        Self::with_env(source, extra, &[])
+    }
+
+    /// [`Mount::new`] with extra environment variables for the daemon.
+    pub fn with_env(source: &str, extra: &[&str], env: &[(&str, &str)]) -> Mount {
+        let dir = tempfile::tempdir().unwrap();
+        let mnt = dir.path().join("mnt");
+        let cache = dir.path().join("cache");
+        std::fs::create_dir(&mnt).unwrap();
+        let mut args: Vec<String> = vec!["mount".into()];
+        if !source.is_empty() {
+            args.push(source.into());
+        }
+        args.push(mnt.to_str().unwrap().into());
+        args.push("--cache-dir".into());
+        args.push(cache.to_str().unwrap().into());
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let mut cmd = Command::new(bin());
+        cmd.args(&args).env_remove("AWS_CA_BUNDLE");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert!(
+            out.status.success(),
+            "shardfs {args:?} failed: {}\nlog: {}",
+            String::from_utf8_lossy(&out.stderr),
+            std::fs::read_to_string(cache.join("shardfs.log")).unwrap_or_default()
+        );
+        Mount {
+            mnt,
+            _dir: dir,
+            cache,
+        }
+    }
+
+    /// The live status.json.
+    pub fn status(&self) -> serde_json::Value {
+        serde_json::from_slice(&std::fs::read(self.mnt.join(".shardfs/status.json")).unwrap())
+            .unwrap()
+    }
+
+    /// Sorted names in `rel`.
+    pub fn list(&self, rel: &str) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(self.mnt.join(rel))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// Resident memory of the serving process, in KiB.
+    pub fn rss_kib(&self) -> u64 {
+        let pid = self.status()["pid"].as_u64().unwrap();
+        let s = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        s.lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .unwrap()
+            .split_whitespace()
+            .nth(1)
+            .unwrap()
+            .parse()
+            .unwrap()
+    }
+}
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let pid = std::fs::read(self.mnt.join(".shardfs/status.json"))
+            .ok()
+            .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+            .and_then(|v| v["pid"].as_u64());
+        let ok = Command::new(bin())
+            .arg("unmount")
+            .arg(&self.mnt)
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if !ok {
+            let _ = Command::new("fusermount3")
+                .arg("-uz")
+                .arg(&self.mnt)
+                .status();
+        }
+        if let Some(pid) = pid {
+            for _ in 0..200 {
+                if !Path::new(&format!("/proc/{pid}")).exists() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+/// One fixture dataset: its index and, per sample, column name → raw bytes.
+pub struct Expected {
+    pub index: mds::Index,
+    pub samples: Vec<BTreeMap<String, Vec<u8>>>,
+}
+
+impl Expected {
+    pub fn load(dir: &Path) -> Expected {
+        let index = mds::Index::parse(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let samples = std::fs::read_to_string(dir.join("expected.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v.as_object()
+                    .unwrap()
+                    .iter()
+                    .map(|(k, c)| (k.clone(), b64.decode(c["raw"].as_str().unwrap()).unwrap()))
+                    .collect()
+            })
+            .collect();
+        Expected { index, samples }
+    }
+
+    /// (file suffix, rendered bytes) of every column of global sample `g`, from the reference
+    /// raw bytes.
+    pub fn files(&self, g: u64) -> Vec<(String, Vec<u8>)> {
+        let (shard, _) = self.index.locate(g).unwrap();
+        self.index.shards()[shard]
+            .columns
+            .iter()
+            .map(|c| {
+                let raw = &self.samples[g as usize][&c.name];
+                let bytes = mds::render(&c.encoding, raw).unwrap().into_owned();
+                (format!("{}.{}", c.name, mds::extension(&c.encoding)), bytes)
+            })
+            .collect()
+    }
+}
+
+fn mds_datasets() -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(fixtures().join("mds"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.join("index.json").is_file() && p.join("expected.jsonl").is_file())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn every_fixture_reads_back_through_samples_and_rank_folders() {
+    for dir in mds_datasets() {
+        let exp = Expected::load(&dir);
+        let m = Mount::new(dir.to_str().unwrap(), &[]);
+        assert_eq!(
+            std::fs::read(m.mnt.join("index.json")).unwrap(),
+            std::fs::read(dir.join("index.json")).unwrap()
+        );
+        let n = exp.samples.len() as u64;
+        let mut expected_names = Vec::new();
+        for g in 0..n {
+            for (suffix, bytes) in exp.files(g) {
+                let name = format!("{g:08}.{suffix}");
+                let p = m.mnt.join("samples").join(&name);
+                assert_eq!(
+                    std::fs::metadata(&p).unwrap().len(),
+                    bytes.len() as u64,
+                    "{} size of {name}",
+                    dir.display()
+                );
+                assert_eq!(
+                    std::fs::read(&p).unwrap(),
+                    bytes,
+                    "{} {name}",
+                    dir.display()
+                );
+                // One rank, no shuffle: position p holds sample p.
+                assert_eq!(
+                    std::fs::read(m.mnt.join("rank-0/epoch-0").join(&name)).unwrap(),
+                    bytes
+                );
+                expected_names.push(name);
+            }
+        }
+        expected_names.sort();
+        assert_eq!(m.list("samples"), expected_names, "{}", dir.display());
+        assert_eq!(m.list("rank-0/epoch-0"), expected_names);
+        assert_eq!(m.status()["errors"]["count"], 0);
+    }
+}
+
+#[test]
+fn mount_is_read_only_and_missing_names_are_enoent() {
+    let dir = fixtures().join("mds/basic");
+    let m = Mount::new(dir.to_str().unwrap(), &[]);
+    let e = std::fs::write(m.mnt.join("samples/00000000.id.txt"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let e = std::fs::create_dir(m.mnt.join("new")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let e = std::fs::read(m.mnt.join("samples/00001000.id.txt")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+    let e = std::fs::read(m.mnt.join("rank-1")).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::ENOENT));
+    assert_eq!(m.list(""), [".shardfs", "index.json", "rank-0", "samples"]);
+    assert_eq!(m.list(".shardfs"), ["status.json"]);
+}
+
+#[test]
+fn clear_errors_before_mounting() {
+    let fail = |args: &[&str]| {
+        let out = Command::new(bin()).args(args).output().unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let tmp = tempfile::tempdir().unwrap();
+    let basic = fixtures().join("mds/basic");
+    let err = fail(&["mount", basic.to_str().unwrap(), "/nonexistent/mnt"]);
+    assert!(err.contains("does not exist"), "{err}");
+    let err = fail(&[
+        "mount",
+        "/nonexistent/dataset",
+        tmp.path().to_str().unwrap(),
+    ]);
+    assert!(err.contains("index.json"), "{err}");
+    let m = Mount::new(basic.to_str().unwrap(), &[]);
+    let err = fail(&["mount", basic.to_str().unwrap(), m.mnt.to_str().unwrap()]);
+    assert!(err.contains("busy"), "{err}");
+}
+
+#[test]
+fn shard_failure_is_eio_for_its_files_only_and_reported() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = fixtures().join("mds/basic");
+    for e in std::fs::read_dir(&src).unwrap() {
+        let p = e.unwrap().path();
+        std::fs::copy(&p, tmp.path().join(p.file_name().unwrap())).unwrap();
+    }
+    // Corrupt shard 1: its hash no longer matches.
+    let bad = tmp.path().join("shard.00001.mds");
+    let mut b = std::fs::read(&bad).unwrap();
+    let last = b.len() - 1;
+    b[last] ^= 0xff;
+    std::fs::write(&bad, b).unwrap();
+    let exp = Expected::load(&src);
+    let m = Mount::new(tmp.path().to_str().unwrap(), &[]);
+    let first_of_1 = exp.index.shard_start(1).unwrap();
+    let e = std::fs::read(m.mnt.join(format!("samples/{first_of_1:08}.id.txt"))).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    assert_eq!(
+        std::fs::read(m.mnt.join("samples/00000000.id.txt")).unwrap(),
+        exp.files(0)[1].1
+    );
+    let s = m.status();
+    assert!(s["errors"]["count"].as_u64().unwrap() >= 1);
+    assert_eq!(s["errors"]["recent"][0]["shard"], "shard.00001.mds", "{s}");
+}
+
+#[test]
+fn python_reads_a_rank_folder_like_a_dataloader() {
+    let dir = fixtures().join("mds/basic");
+    let exp = Expected::load(&dir);
+    let m = Mount::new(dir.to_str().unwrap(), &[]);
+    let script = r#"
+import hashlib, json, os, sys
+root = sys.argv[1]
+names = sorted(os.listdir(root))
+out = {}
+for name in names:
+    with open(os.path.join(root, name), "rb") as f:
+        out[name] = hashlib.sha256(f.read()).hexdigest()
+print(json.dumps(out))
+"#;
+    let python = std::env::var("SHARDFS_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .arg(m.mnt.join("rank-0/epoch-0"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let got: BTreeMap<String, String> = serde_json::from_slice(&out.stdout).unwrap();
+    use sha2::Digest;
+    let mut want = BTreeMap::new();
+    for g in 0..exp.samples.len() as u64 {
+        for (suffix, bytes) in exp.files(g) {
+            want.insert(
+                format!("{g:08}.{suffix}"),
+                hex::encode(sha2::Sha256::digest(&bytes)),
+            );
+        }
+    }
+    assert_eq!(got, want);
+}
+
+#[test]
+fn unmount_command_and_sigterm_end_the_daemon() {
+    let dir = fixtures().join("mds/basic");
+    let m = Mount::new(dir.to_str().unwrap(), &[]);
+    let pid = m.status()["pid"].as_u64().unwrap();
+    // SAFETY: sending SIGTERM to the daemon this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+    for _ in 0..300 {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    assert!(
+        !Path::new(&format!("/proc/{pid}")).exists(),
+        "daemon still running after SIGTERM"
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(
+        !mounts.contains(m.mnt.to_str().unwrap()),
+        "still mounted after SIGTERM"
+    );
+}
+
+/// Every rank-folder and samples/ file of `exp` read through `m` equals the reference bytes.
+fn check_all_bytes(m: &Mount, exp: &Expected, ranks: &[u64]) {
+    for g in 0..exp.samples.len() as u64 {
+        for (suffix, bytes) in exp.files(g) {
+            assert_eq!(
+                std::fs::read(m.mnt.join(format!("samples/{g:08}.{suffix}"))).unwrap(),
+                bytes
+            );
+        }
+    }
+    for r in ranks {
+        let dir = m.mnt.join(format!("rank-{r}/epoch-0"));
+        for name in m.list(&format!("rank-{r}/epoch-0")) {
+            let data = std::fs::read(dir.join(&name)).unwrap();
+            assert_eq!(
+                data.len() as u64,
+                std::fs::metadata(dir.join(&name)).unwrap().len()
+            );
+        }
+    }
+}
+
+/// Bytes of regular files under `dir`.
+fn disk_usage(dir: &Path) -> u64 {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    rd.filter_map(|e| e.ok())
+        .map(|e| {
+            let p = e.path();
+            match e.file_type() {
+                Ok(t) if t.is_dir() => disk_usage(&p),
+                Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
+                _ => 0,
+            }
+        })
+        .sum()
+}
+
+#[test]
+fn cache_limit_smaller_than_the_dataset_keeps_every_byte_right() {
+    let dir = fixtures().join("mds/compressed-zstd");
+    let exp = Expected::load(&dir);
+    let total: u64 = exp.index.shards().iter().map(|s| s.raw.bytes).sum();
+    let biggest = exp
+        .index
+        .shards()
+        .iter()
+        .map(|s| s.raw.bytes)
+        .max()
+        .unwrap();
+    let limit = (biggest * 2).max(total / 3);
+    assert!(limit < total);
+    let m = Mount::new(
+        dir.to_str().unwrap(),
+        &["--cache-limit", &limit.to_string()],
+    );
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let stop = stop.clone();
+        let cache = m.cache.clone();
+        std::thread::spawn(move || {
+            let mut peak = 0u64;
+            while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                peak = peak.max(disk_usage(&cache));
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            peak
+        })
+    };
+    check_all_bytes(&m, &exp, &[0]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let peak = watcher.join().unwrap();
+    let s = m.status();
+    // Shard files plus the cache's small bookkeeping files (a few hundred bytes).
+    assert!(
+        peak <= limit + 4096,
+        "disk usage peaked at {peak}, over the limit {limit}"
+    );
+    assert!(s["cache"][0]["evictions"].as_u64().unwrap() > 0, "{s}");
+    assert!(
+        s["cache"][0]["usage_bytes"].as_u64().unwrap() <= limit,
+        "{s}"
+    );
+    assert_eq!(s["errors"]["count"], 0);
+}
+
+#[test]
+fn sixteen_concurrent_readers_over_several_epochs() {
+    let dir = fixtures().join("mds/basic");
+    let exp = std::sync::Arc::new(Expected::load(&dir));
+    let m = Mount::new(dir.to_str().unwrap(), &["--epochs", "4"]);
+    assert_eq!(
+        m.list("rank-0"),
+        ["epoch-0", "epoch-1", "epoch-2", "epoch-3"]
+    );
+    let rss_before = m.rss_kib();
+    let mnt = m.mnt.clone();
+    let threads: Vec<_> = (0..16u64)
+        .map(|t| {
+            let mnt = mnt.clone();
+            let exp = exp.clone();
+            std::thread::spawn(move || {
+                // Reader t reads epoch t % 5 (epoch 4 is not listed but can be opened) from a
+                // different starting point, wrapping around.
+                let epoch = t % 5;
+                let n = exp.samples.len() as u64;
+                let mut read = 0u64;
+                for k in 0..n {
+                    let g = (k + t * 61) % n;
+                    for (suffix, bytes) in exp.files(g) {
+                        let p = mnt.join(format!("rank-0/epoch-{epoch}/{g:08}.{suffix}"));
+                        assert_eq!(std::fs::read(&p).unwrap(), bytes, "{}", p.display());
+                        read += bytes.len() as u64;
+                    }
+                }
+                read
+            })
+        })
+        .collect();
+    let total: u64 = threads.into_iter().map(|t| t.join().unwrap()).sum();
+    assert!(total > 0);
+    let s = m.status();
+    assert_eq!(s["errors"]["count"], 0);
+    let rss_after = m.rss_kib();
+    assert!(rss_after < 256 * 1024, "RSS {rss_after} KiB");
+    assert!(
+        rss_after < rss_before + 64 * 1024,
+        "RSS grew from {rss_before} to {rss_after} KiB"
+    );
+}
+
+fn shards_fetched(s: &serde_json::Value) -> u64 {
+    s["cache"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["shards_fetched"].as_u64().unwrap())
+        .sum()
+}
+
+#[test]
+fn a_node_serving_several_ranks_fetches_each_shard_once() {
+    let dir = fixtures().join("orders/datasets/main");
+    let index = mds::Index::parse(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
+    let shards = index.shards().len() as u64;
+    let m = Mount::new(
+        dir.to_str().unwrap(),
+        &[
+            "--nodes",
+            "2",
+            "--node-rank",
+            "1",
+            "--ranks-per-node",
+            "4",
+            "--workers",
+            "2",
+            "--batch-size",
+            "4",
+            "--shuffle",
+            "--epochs",
+            "2",
+        ],
+    );
+    assert_eq!(
+        m.list("").iter().filter(|n| n.starts_with("rank-")).count(),
+        4
+    );
+    // Shards this node's ranks need (one stream: the `idx` column is the global id).
+    let mut needed = std::collections::BTreeSet::new();
+    for epoch in 0..2 {
+        let readers: Vec<_> = (4..8)
+            .map(|r| {
+                let dir = m.mnt.join(format!("rank-{r}/epoch-{epoch}"));
+                std::thread::spawn(move || {
+                    let mut names: Vec<_> = std::fs::read_dir(&dir)
+                        .unwrap()
+                        .map(|e| e.unwrap().path())
+                        .collect();
+                    names.sort();
+                    let mut ids = Vec::new();
+                    for p in &names {
+                        let data = std::fs::read(p).unwrap();
+                        if p.to_str().unwrap().ends_with(".idx.txt") {
+                            ids.push(String::from_utf8(data).unwrap().parse::<u64>().unwrap());
+                        }
+                    }
+                    ids
+                })
+            })
+            .collect();
+        for r in readers {
+            let ids = r.join().unwrap();
+            assert!(!ids.is_empty());
+            needed.extend(ids.into_iter().map(|g| index.locate(g).unwrap().0));
+        }
+        let s = m.status();
+        assert!(
+            (needed.len() as u64) < shards || epoch > 0,
+            "node 1 of 2 needs only part of the shards"
+        );
+        assert_eq!(
+            shards_fetched(&s),
+            needed.len() as u64,
+            "epoch {epoch}: {s}"
+        );
+    }
+    let s = m.status();
+    assert_eq!(s["errors"]["count"], 0);
+    for r in s["readahead"]["ranks"].as_array().unwrap() {
+        assert_eq!(r["epoch"], 1);
+        assert!(r["bytes_read"].as_u64().unwrap() > 0);
+    }
+}
+
+#[test]
+fn s3_dataset_through_moto_reads_back_and_stats_with_ranged_reads() {
+    let Some(moto) = crate::common::moto::moto() else {
+        return;
+    };
+    let env = [
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    for name in ["basic", "compressed-zstd"] {
+        let dir = fixtures().join("mds").join(name);
+        moto.upload_dir("mount-tests", &format!("ds/{name}"), &dir);
+        let exp = Expected::load(&dir);
+        let src = format!("s3://mount-tests/ds/{name}");
+        let m = Mount::with_env(&src, &["--endpoint-url", &moto.endpoint], &env);
+        if name == "basic" {
+            // An uncompressed remote shard: stat costs ranged reads, not a download.
+            let (suffix, bytes) = exp.files(500).remove(3);
+            let meta = std::fs::metadata(m.mnt.join(format!("samples/00000500.{suffix}"))).unwrap();
+            assert_eq!(meta.len(), bytes.len() as u64);
+            let s = m.status();
+            assert_eq!(shards_fetched(&s), 0, "{s}");
+            assert!(
+                s["cache"][0]["ranged_fetches"].as_u64().unwrap() >= 1,
+                "{s}"
+            );
+        }
+        check_all_bytes(&m, &exp, &[0]);
+        for g in 0..exp.samples.len() as u64 {
+            for (suffix, bytes) in exp.files(g) {
+                assert_eq!(
+                    std::fs::read(m.mnt.join(format!("rank-0/epoch-0/{g:08}.{suffix}"))).unwrap(),
+                    bytes
+                );
+            }
+        }
+        let s = m.status();
+        assert_eq!(
+            shards_fetched(&s),
+            exp.index.shards().len() as u64,
+            "each shard fetched once: {s}"
+        );
+        assert_eq!(s["errors"]["count"], 0);
+    }
+}
