@@ -51,7 +51,7 @@ fn main() {
                 block_size: g("bs"),
             },
         ) {
-            Ok(s) => serde_json::json!(s),
+            Ok(s) => serde_json::json!(s.to_vec()),
             Err(e) => serde_json::json!({"error": e.to_string()}),
         };
         println!("{}", serde_json::json!({"partition": part, "shuffle": sh}));

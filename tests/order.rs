@@ -827,3 +827,110 @@ mod properties {
         }
     }
 }
+
+/// Absurd sizes (from a corrupt index.json or flags) are refused, never a panic or overflow.
+#[test]
+fn absurd_sizes_are_refused() {
+    let world = World {
+        nodes: 1,
+        ranks_per_node: 1,
+        workers_per_rank: 1,
+        batch_size: 1,
+    };
+    let stream = |shard_samples: Vec<u64>, weight| {
+        vec![StreamSpec {
+            shard_samples,
+            weight,
+        }]
+    };
+    let cases: Vec<(Vec<StreamSpec>, OrderOptions, World)> = vec![
+        (
+            stream(vec![u64::MAX, 5], StreamWeight::Unset),
+            OrderOptions::default(),
+            world,
+        ),
+        (
+            stream(vec![5], StreamWeight::Choose(u64::MAX)),
+            OrderOptions::default(),
+            world,
+        ),
+        (
+            stream(vec![5], StreamWeight::Repeat(1e300)),
+            OrderOptions::default(),
+            world,
+        ),
+        (
+            stream(vec![5], StreamWeight::Repeat(f64::NAN)),
+            OrderOptions::default(),
+            world,
+        ),
+        (
+            stream(vec![5], StreamWeight::Unset),
+            OrderOptions {
+                epoch_size: Some(u64::MAX),
+                ..OrderOptions::default()
+            },
+            world,
+        ),
+        (
+            stream(vec![5], StreamWeight::Unset),
+            OrderOptions::default(),
+            World {
+                nodes: u64::MAX,
+                ..world
+            },
+        ),
+        (
+            stream(vec![5], StreamWeight::Unset),
+            OrderOptions {
+                num_canonical_nodes: Some(u64::MAX),
+                ..OrderOptions::default()
+            },
+            world,
+        ),
+        (
+            stream(vec![0, 0], StreamWeight::Unset),
+            OrderOptions::default(),
+            world,
+        ),
+        (vec![], OrderOptions::default(), world),
+        (
+            stream(vec![5], StreamWeight::Unset),
+            OrderOptions::default(),
+            World {
+                batch_size: 0,
+                ..world
+            },
+        ),
+        (
+            stream(vec![5], StreamWeight::Unset),
+            OrderOptions {
+                replication: Some(3),
+                ..OrderOptions::default()
+            },
+            World {
+                ranks_per_node: 2,
+                ..world
+            },
+        ),
+    ];
+    for (i, (streams, opts, world)) in cases.into_iter().enumerate() {
+        let r = Planner::new(streams, opts, world, None);
+        assert!(r.is_err(), "case {i} accepted");
+    }
+    // A resume point past the end of the epoch.
+    let state = ResumeState {
+        epoch: 0,
+        sample_in_epoch: 1000,
+        num_canonical_nodes: 1,
+        shuffle_seed: 9176,
+        initial_physical_nodes: Some(1),
+    };
+    let r = Planner::new(
+        stream(vec![5, 5], StreamWeight::Unset),
+        OrderOptions::default(),
+        world,
+        Some(state),
+    );
+    assert!(matches!(r, Err(OrderError::ResumePastEnd { .. })), "{r:?}");
+}

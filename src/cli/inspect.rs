@@ -5,6 +5,7 @@ use super::store_args::StoreArgs;
 use crate::mds::{self, Index};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
+use std::io::Write;
 
 /// Arguments of `shardfs inspect`.
 #[derive(Debug, clap::Args)]
@@ -160,10 +161,18 @@ fn text(v: &Value) -> String {
 pub fn run(args: InspectArgs) -> anyhow::Result<()> {
     let ds = Dataset::open(&args.source, &args.store)?;
     let v = summary(&args.source, &ds.index);
-    if args.json {
-        println!("{}", serde_json::to_string_pretty(&v)?);
+    let out = if args.json {
+        format!("{}\n", serde_json::to_string_pretty(&v)?)
     } else {
-        print!("{}", text(&v));
+        text(&v)
+    };
+    // A closed pipe (`shardfs inspect | head`) is not an error.
+    let mut stdout = std::io::stdout().lock();
+    match stdout
+        .write_all(out.as_bytes())
+        .and_then(|()| stdout.flush())
+    {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),
+        r => Ok(r?),
     }
-    Ok(())
 }

@@ -13,7 +13,8 @@ const IGNORED: &[&str] = &[
 
 /// Rewrites `mount ... -o a=b,c` (also `-oa=b`) into `--a=b --c`; keys may use `_` for `-`.
 pub fn expand(args: Vec<OsString>) -> Vec<OsString> {
-    if args.get(1).and_then(|a| a.to_str()) != Some("mount") {
+    // Only `shardfs [global flags] mount ...` takes -o.
+    if !args.iter().skip(1).any(|a| a.to_str() == Some("mount")) {
         return args;
     }
     let mut out = Vec::with_capacity(args.len());

@@ -8,6 +8,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use anyhow::{bail, Context, Result};
 
 use super::ordering::OrderingArgs;
+use super::store_args::StoreArgs;
 use crate::cache::{CacheOptions, Dataset, ShardCache};
 use crate::fuse::{self, FuseOptions, Mounted};
 use crate::mds;
@@ -43,15 +44,9 @@ pub struct MountConfig {
     /// Shard fetches in flight at once.
     #[arg(long, default_value_t = 8)]
     pub fetch_concurrency: usize,
-    /// S3-compatible endpoint URL (default: AWS_ENDPOINT_URL, then S3_ENDPOINT_URL, else AWS).
-    #[arg(long, value_name = "URL")]
-    pub endpoint_url: Option<String>,
-    /// S3 region (default: AWS_REGION / AWS_DEFAULT_REGION / the profile, else us-east-1).
-    #[arg(long)]
-    pub region: Option<String>,
-    /// Send unsigned requests (public buckets).
-    #[arg(long)]
-    pub no_sign_request: bool,
+    /// How to reach the object store.
+    #[command(flatten)]
+    pub store: StoreArgs,
     /// Ordering and world options (the meaning of StreamingDataset's arguments).
     #[command(flatten)]
     pub ordering: OrderingArgs,
@@ -185,11 +180,8 @@ struct OpenedStream {
 
 fn store_options(config: &MountConfig) -> StoreOptions {
     StoreOptions {
-        endpoint_url: config.endpoint_url.clone(),
-        region: config.region.clone(),
-        no_sign_request: config.no_sign_request,
         max_concurrency: config.fetch_concurrency.max(1) * 2,
-        ..StoreOptions::default()
+        ..config.store.options()
     }
 }
 

@@ -211,8 +211,9 @@ pub fn validate_basename(shard: usize, basename: &str) -> Result<()> {
     Ok(())
 }
 
+/// Python compares `version != 2`, so `2.0` passes too.
 fn check_version(v: &serde_json::Value, where_: String) -> Result<()> {
-    if v.as_u64() == Some(2) {
+    if v.as_u64() == Some(2) || v.as_f64() == Some(2.0) {
         Ok(())
     } else {
         Err(MdsError::Version {

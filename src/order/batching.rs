@@ -7,6 +7,7 @@
 use super::partition::{Partition, Shape, PAD};
 use super::rng::NumpyRng;
 use super::sampling::{self, SampleMap};
+use super::shuffle::ShuffleMap;
 use super::{BatchingMethod, OrderError, Planner};
 
 /// One epoch's sample assignment.
@@ -17,7 +18,7 @@ pub enum Work {
         /// The partition of big indices.
         partition: Partition,
         /// The shuffle of big indices, if shuffling.
-        shuffle: Option<Vec<u64>>,
+        shuffle: Option<ShuffleMap>,
         /// Big index → global sample id.
         map: SampleMap,
     },
@@ -41,7 +42,7 @@ impl Work {
                 match shuffle {
                     Some(s) => {
                         for v in &mut out {
-                            *v = map.get(s[*v as usize]);
+                            *v = map.get(s.get(*v));
                         }
                     }
                     None => {
@@ -79,7 +80,7 @@ impl Work {
                 for v in &mut out[start..] {
                     if *v != PAD {
                         let big = match shuffle {
-                            Some(s) => s[*v as usize],
+                            Some(s) => s.get(*v),
                             None => *v,
                         };
                         *v = map.get(big);
@@ -124,7 +125,7 @@ fn stream_partition(
     };
     for v in &mut data {
         if *v != PAD {
-            let big = shuffle.as_ref().map_or(*v, |s| s[*v as usize]);
+            let big = shuffle.as_ref().map_or(*v, |s| s.get(*v));
             *v = map.get(big);
         }
     }

@@ -148,6 +148,16 @@ pub enum OrderError {
         /// physical / canonical nodes.
         ratio: u64,
     },
+    /// A size beyond what plans support.
+    #[error("{what} {value} is larger than supported ({limit})")]
+    TooLarge {
+        /// What is too large.
+        what: &'static str,
+        /// The value.
+        value: u64,
+        /// The limit.
+        limit: u64,
+    },
     /// Sizes overflow 64-bit arithmetic.
     #[error("sizes overflow: {0}")]
     Overflow(&'static str),

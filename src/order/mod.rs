@@ -235,18 +235,58 @@ impl Planner {
                 return Err(OrderError::NotPositive { what });
             }
         }
+        // Bounds that keep every index computation far from u64 overflow; real worlds are
+        // many orders of magnitude smaller.
+        const MAX_DIM: u64 = 1 << 24;
+        for (v, what) in [
+            (world.nodes, "nodes"),
+            (world.ranks_per_node, "ranks_per_node"),
+            (world.workers_per_rank, "workers_per_rank"),
+            (world.batch_size, "batch_size"),
+            (opts.num_canonical_nodes.unwrap_or(1), "num_canonical_nodes"),
+            (opts.replication.unwrap_or(1), "replication"),
+        ] {
+            if v > MAX_DIM {
+                return Err(OrderError::TooLarge {
+                    what,
+                    value: v,
+                    limit: MAX_DIM,
+                });
+            }
+        }
         let parallel = replicate(&world, opts.replication)?;
-        let samples: Vec<u64> = streams
-            .iter()
-            .map(|s| s.shard_samples.iter().sum())
-            .collect();
-        let mut first_sample = Vec::with_capacity(samples.len());
+        const MAX_SAMPLES: u64 = 1 << 48;
+        let too_many = |value: u64| OrderError::TooLarge {
+            what: "samples",
+            value,
+            limit: MAX_SAMPLES,
+        };
+        let mut samples = Vec::with_capacity(streams.len());
+        let mut first_sample = Vec::with_capacity(streams.len());
         let mut acc = 0u64;
-        for &n in &samples {
+        for s in &streams {
+            let n = s
+                .shard_samples
+                .iter()
+                .try_fold(0u64, |a, &x| a.checked_add(x).filter(|&t| t <= MAX_SAMPLES));
+            let n = n.ok_or_else(|| too_many(u64::MAX))?;
             first_sample.push(acc);
             acc = acc
                 .checked_add(n)
-                .ok_or(OrderError::Overflow("total samples"))?;
+                .filter(|&t| t <= MAX_SAMPLES)
+                .ok_or_else(|| too_many(u64::MAX))?;
+            samples.push(n);
+            let drawn = match s.weight {
+                StreamWeight::Choose(c) => c as f64,
+                StreamWeight::Repeat(r) => r * n as f64,
+                _ => 0.0,
+            };
+            if drawn > MAX_SAMPLES as f64 {
+                return Err(too_many(drawn as u64));
+            }
+        }
+        if let Some(e) = opts.epoch_size.filter(|&e| e > MAX_SAMPLES) {
+            return Err(too_many(e));
         }
         let (draws, epoch_size) =
             weights::apply_weights(&streams, &samples, opts.epoch_size, opts.shuffle_seed)?;
@@ -271,6 +311,13 @@ impl Planner {
         if canonical == 0 {
             return Err(OrderError::NotPositive {
                 what: "num_canonical_nodes",
+            });
+        }
+        if canonical > MAX_DIM {
+            return Err(OrderError::TooLarge {
+                what: "num_canonical_nodes",
+                value: canonical,
+                limit: MAX_DIM,
             });
         }
         let block_size = opts
@@ -325,7 +372,8 @@ impl Planner {
     }
 
     /// Read order of every local rank of `node` for `epoch` (one Vec per local rank); ids are
-    /// global sample ids.
+    /// global sample ids. Computes the epoch's resampling and shuffle once, then only this
+    /// node's ranks (ranks that replication makes identical are computed once and copied).
     pub fn node_orders(&self, epoch: u64, node: u64) -> Result<Vec<Vec<u64>>, OrderError> {
         if node >= self.world.nodes {
             return Err(OrderError::OutOfWorld {
@@ -340,7 +388,8 @@ impl Planner {
         self.ranks_orders(epoch, &ranks)
     }
 
-    /// Read order of one global rank for `epoch`.
+    /// Read order of one global rank for `epoch`. Each call computes the epoch's shuffle; use
+    /// [`Planner::node_orders`] to get several ranks at once.
     pub fn rank_order(&self, epoch: u64, global_rank: u64) -> Result<Vec<u64>, OrderError> {
         let total = self.world.nodes * self.world.ranks_per_node;
         if global_rank >= total {
@@ -462,7 +511,7 @@ impl Planner {
         units: &[u64],
         epoch: u64,
         block_size: u64,
-    ) -> Result<Vec<u64>, OrderError> {
+    ) -> Result<shuffle::ShuffleMap, OrderError> {
         shuffle::get_shuffle(
             self.opts.shuffle_algo,
             ShuffleParams {

@@ -43,7 +43,7 @@
 mod orders;
 mod policy;
 
-pub use orders::{EpochOrders, OrderCache, OrderSource};
+pub use orders::{EpochOrders, OrderCache, OrderSource, RankOrder};
 pub use policy::FurthestNextUse;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -108,7 +108,7 @@ impl Default for ReadaheadOptions {
             budget_bytes: 1 << 30,
             max_fetches: 8,
             max_lookahead: 1 << 20,
-            keep_epochs: 3,
+            keep_epochs: 2,
         }
     }
 }
@@ -218,7 +218,7 @@ impl Readahead {
     }
 
     /// The order of local rank `rank` in `epoch` (computed on first use, cached for a few epochs).
-    pub fn order(&self, epoch: u64, rank: usize) -> Result<Arc<[u64]>, ReadaheadError> {
+    pub fn order(&self, epoch: u64, rank: usize) -> Result<RankOrder, ReadaheadError> {
         self.inner.orders.rank(epoch, rank)
     }
 
@@ -311,10 +311,10 @@ impl Readahead {
                     "local_rank": n,
                     "epoch": c.epoch.load(Relaxed),
                     "cursor": if pos == NO_POSITION { serde_json::Value::Null } else { pos.into() },
-                    "reads": reads,
+                    "requests": reads,
                     "bytes_read": bytes,
                     "bytes_per_second": if secs > 0.0 { (bytes as f64 / secs).round() } else { 0.0 },
-                    "reads_per_second": if secs > 0.0 { (reads as f64 / secs * 10.0).round() / 10.0 } else { 0.0 },
+                    "requests_per_second": if secs > 0.0 { (reads as f64 / secs * 10.0).round() / 10.0 } else { 0.0 },
                 })
             })
             .collect();
@@ -401,7 +401,7 @@ impl Inner {
                     break;
                 };
                 let from = usize::try_from(start).unwrap_or(usize::MAX);
-                for &sample in order.get(from..).unwrap_or(&[]) {
+                for sample in order.iter_from(from) {
                     let behind = e == epoch && start0 + distance < pos;
                     if let Some(shard) = self.shards.shard_of(sample) {
                         if behind {

@@ -2,6 +2,7 @@
 
 use super::*;
 use std::sync::atomic::AtomicU64;
+use std::sync::OnceLock;
 
 struct Counting {
     per_shard: u64,
@@ -101,4 +102,41 @@ fn out_of_order_reads_do_not_move_the_cursor_back_but_far_jumps_do() {
     assert_eq!(ra.status()["ranks"][0]["epoch"], 1);
     ra.record_stall(Duration::from_millis(3));
     assert_eq!(ra.status()["stalls"], 1);
+}
+
+#[test]
+fn eviction_drops_the_shard_needed_furthest_away_never_a_pinned_one() {
+    use crate::cache::{Candidate, EvictionContext, EvictionPolicy};
+    // Reader at position 0 of samples 0..100 (shards 0..10); budget covers 4 shards.
+    let (ra, _src) = setup(vec![(0..100).collect()], 400);
+    ra.on_read(0, 0, 0);
+    assert!(ra.wait_idle(Duration::from_secs(5)));
+    let ra = Arc::new(ra);
+    let slot = Arc::new(OnceLock::new());
+    let policy = FurthestNextUse::new(slot.clone(), 0);
+    let cand = |shard: usize, last_use: u64| Candidate {
+        shard,
+        bytes: 100,
+        last_use,
+    };
+    let candidates = [cand(0, 5), cand(2, 1), cand(3, 9), cand(8, 7), cand(9, 2)];
+    let ctx = |pinned: &'static [usize]| EvictionContext {
+        candidates: &candidates,
+        pinned,
+        incoming: 4,
+        need: 100,
+        usage: 500,
+        limit: 500,
+    };
+    // Before the readahead is known: least recently used among the unplanned.
+    assert_eq!(policy.choose_victim(&ctx(&[])), Some(2));
+    let _ = slot.set(Arc::downgrade(&ra));
+    // 8 and 9 are not planned (no next use): the older of them goes first.
+    assert_eq!(policy.choose_victim(&ctx(&[])), Some(9));
+    assert_eq!(
+        policy.choose_victim(&ctx(&[9, 8])),
+        Some(3),
+        "pinned shards are never chosen"
+    );
+    assert_eq!(policy.choose_victim(&ctx(&[9, 8, 3])), Some(2));
 }

@@ -8,7 +8,7 @@ use super::inode::{ColumnNo, Epoch, Fixed, Ino, LocalRank, Node, Position, Sampl
 use super::names::{file_name, parse_epoch_dir, parse_file_name, parse_rank_dir, width_for};
 use super::source::{SampleSource, SourceError};
 use super::status::ErrorLog;
-use crate::readahead::Readahead;
+use crate::readahead::{RankOrder, Readahead};
 
 /// Kind of a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,7 +117,7 @@ impl Vfs {
             .ok_or(VfsError::NotFound)
     }
 
-    fn order(&self, rank: LocalRank, epoch: Epoch) -> Result<Arc<[u64]>, VfsError> {
+    fn order(&self, rank: LocalRank, epoch: Epoch) -> Result<RankOrder, VfsError> {
         self.global_rank(rank)?;
         Ok(self.readahead.order(epoch.0, rank.0 as usize)?)
     }
@@ -126,7 +126,7 @@ impl Vfs {
         let order = self.order(rank, epoch)?;
         usize::try_from(pos.0)
             .ok()
-            .and_then(|p| order.get(p).copied())
+            .and_then(|p| order.get(p))
             .ok_or(VfsError::NotFound)
     }
 
@@ -164,7 +164,7 @@ impl Vfs {
                     .ok_or(VfsError::NotFound)?;
                 let sample = usize::try_from(pos)
                     .ok()
-                    .and_then(|p| order.get(p).copied())
+                    .and_then(|p| order.get(p))
                     .ok_or(VfsError::NotFound)?;
                 let col = self.column_named(sample, suffix)?;
                 Node::RankFile(r, e, Position(pos), col)
@@ -370,7 +370,7 @@ impl Vfs {
                     offset,
                     order.len() as u64,
                     width,
-                    |p| order.get(p as usize).copied(),
+                    |p| order.get(p as usize),
                     |p, c| Node::RankFile(r, e, Position(p), c),
                     &mut add,
                 )

@@ -30,13 +30,94 @@ pub struct ShuffleParams<'a> {
     pub block_size: u64,
 }
 
+/// A sample index as the shuffles store it: `u32` while the epoch has fewer than 2^32
+/// samples (half the memory and page faults), `u64` beyond.
+pub trait Id: Copy + Default + Send + Sync + 'static {
+    /// From an index known to fit.
+    fn from_u64(v: u64) -> Self;
+    /// As u64.
+    fn get(self) -> u64;
+}
+
+impl Id for u32 {
+    #[inline]
+    fn from_u64(v: u64) -> Self {
+        v as u32
+    }
+    #[inline]
+    fn get(self) -> u64 {
+        u64::from(self)
+    }
+}
+
+impl Id for u64 {
+    #[inline]
+    fn from_u64(v: u64) -> Self {
+        v
+    }
+    #[inline]
+    fn get(self) -> u64 {
+        self
+    }
+}
+
+/// A shuffle: position → big sample index, stored narrow when it fits.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ShuffleMap {
+    /// Fewer than 2^32 samples.
+    Narrow(Vec<u32>),
+    /// 2^32 samples or more.
+    Wide(Vec<u64>),
+}
+
+impl ShuffleMap {
+    /// The big index at position `i`.
+    #[inline]
+    pub fn get(&self, i: u64) -> u64 {
+        match self {
+            ShuffleMap::Narrow(v) => u64::from(v[i as usize]),
+            ShuffleMap::Wide(v) => v[i as usize],
+        }
+    }
+
+    /// Number of positions.
+    pub fn len(&self) -> usize {
+        match self {
+            ShuffleMap::Narrow(v) => v.len(),
+            ShuffleMap::Wide(v) => v.len(),
+        }
+    }
+
+    /// Whether the map is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The map as u64s.
+    pub fn to_vec(&self) -> Vec<u64> {
+        match self {
+            ShuffleMap::Narrow(v) => v.iter().map(|&x| u64::from(x)).collect(),
+            ShuffleMap::Wide(v) => v.clone(),
+        }
+    }
+}
+
 /// upstream `get_shuffle(algo, ...)`: the permutation of `0..sum(units)`.
-pub fn get_shuffle(algo: ShuffleAlgo, p: ShuffleParams<'_>) -> Result<Vec<u64>, OrderError> {
+pub fn get_shuffle(algo: ShuffleAlgo, p: ShuffleParams<'_>) -> Result<ShuffleMap, OrderError> {
     if p.canonical == 0 {
         return Err(OrderError::NotPositive {
             what: "num_canonical_nodes",
         });
     }
+    let n: u128 = p.units.iter().map(|&u| u128::from(u)).sum();
+    if n <= u128::from(u32::MAX) {
+        get_shuffle_as::<u32>(algo, p).map(ShuffleMap::Narrow)
+    } else {
+        get_shuffle_as::<u64>(algo, p).map(ShuffleMap::Wide)
+    }
+}
+
+fn get_shuffle_as<T: Id>(algo: ShuffleAlgo, p: ShuffleParams<'_>) -> Result<Vec<T>, OrderError> {
     match algo {
         ShuffleAlgo::Naive => Ok(naive::shuffle(p)),
         ShuffleAlgo::Py1s => Ok(py1s::shuffle(p)),

@@ -1,12 +1,12 @@
 //! upstream `shuffle/py1br.py`: like py1s for the span order, then shuffle staggered blocks of
 //! random size (0.75–1.25 × block size) within each canonical node.
 
-use super::{prefix, trunc_mul, ShuffleParams};
+use super::{prefix, trunc_mul, Id, ShuffleParams};
 use crate::order::rng::NumpyRng;
 use crate::order::OrderError;
 
 /// The py1br permutation.
-pub fn shuffle(p: ShuffleParams<'_>) -> Result<Vec<u64>, OrderError> {
+pub fn shuffle<T: Id>(p: ShuffleParams<'_>) -> Result<Vec<T>, OrderError> {
     let too_small = || OrderError::BlockSizeTooSmall {
         block_size: p.block_size,
         algo: "py1br",
@@ -24,7 +24,7 @@ pub fn shuffle(p: ShuffleParams<'_>) -> Result<Vec<u64>, OrderError> {
     for (node, &(a, b)) in parts.iter().enumerate() {
         let node_start = ids.len() as i64;
         for &(s, e) in &spans[a..b] {
-            ids.extend(s..e);
+            ids.extend((s..e).map(T::from_u64));
         }
         let node_stop = ids.len() as i64;
         let node_stagger = stagger[node];

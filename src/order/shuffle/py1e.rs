@@ -11,16 +11,16 @@
 //! position, the jitter draws are made twice from identical generator states (once to count,
 //! once to place), which costs far less than the memory and the O(n log n) sort it replaces.
 
-use super::{prefix, trunc_mul, ShuffleParams, Span};
+use super::{prefix, trunc_mul, Id, ShuffleParams, Span};
 use crate::order::rng::NumpyRng;
 use crate::order::OrderError;
 
 /// The py1e permutation.
-pub fn shuffle(p: ShuffleParams<'_>) -> Result<Vec<u64>, OrderError> {
+pub fn shuffle<T: Id>(p: ShuffleParams<'_>) -> Result<Vec<T>, OrderError> {
     let mut rng = NumpyRng::new(p.seed.wrapping_add(p.epoch));
     let (spans, parts, n) = prefix(&p, &mut rng);
     let blocks = (trunc_mul(p.block_size, 0.75), trunc_mul(p.block_size, 1.25));
-    let mut ids: Vec<u64> = Vec::with_capacity(n as usize);
+    let mut ids: Vec<T> = Vec::with_capacity(n as usize);
     for &(a, b) in &parts {
         let cn_spans = &spans[a..b];
         let cn_n: u64 = cn_spans.iter().map(|s| s.1 - s.0).sum();
@@ -32,7 +32,7 @@ pub fn shuffle(p: ShuffleParams<'_>) -> Result<Vec<u64>, OrderError> {
         let start = ids.len();
         for &(s, e) in cn_spans {
             let at = ids.len();
-            ids.extend(s..e);
+            ids.extend((s..e).map(T::from_u64));
             rng.shuffle(&mut ids[at..]);
         }
         let samples = &mut ids[start..];
@@ -87,12 +87,12 @@ fn for_each_position(
 /// at most ~2048 of them, so the scatter writes stay in cache), then, inside each coarse
 /// bucket, by integer position (a table of `1 << shift` counters that fits in L2), and
 /// finally an insertion sort inside each integer bucket (usually 0–3 entries).
-fn sort_by_jitter_buckets(
+fn sort_by_jitter_buckets<T: Id>(
     rng: &mut NumpyRng,
     spans: &[Span],
     blocks: (i64, i64),
     block_size: u64,
-    samples: &mut [u64],
+    samples: &mut [T],
 ) -> Result<(), OrderError> {
     let n = samples.len();
     let last = n - 1;
@@ -101,7 +101,8 @@ fn sort_by_jitter_buckets(
         shift += 1;
     }
     let coarse_n = (last >> shift) + 1;
-    let bucket = |pos: f64| (pos as usize).min(last);
+    // Positions are in [0, n), far below 2^63: the signed conversion is the cheap one.
+    let bucket = |pos: f64| (pos as i64 as usize).min(last);
     // Pass 1 on a copy of the generator: coarse bucket sizes.
     let mut starts = vec![0usize; coarse_n + 1];
     let mut replay = rng.clone();
@@ -121,7 +122,7 @@ fn sort_by_jitter_buckets(
     // Pass 2 with the real generator (same draws): place (position, sample) by coarse bucket,
     // in index order, so equal positions keep upstream's stable order.
     let mut keys = vec![0f64; n];
-    let mut placed = vec![0u64; n];
+    let mut placed = vec![T::default(); n];
     let mut next = starts.clone();
     for_each_position(rng, spans, blocks, block_size, n as u64, |i, pos| {
         let slot = &mut next[bucket(pos) >> shift];
@@ -178,14 +179,14 @@ fn sort_by_jitter_buckets(
 }
 
 /// Comparison-sort fallback for canonical nodes of 2^32 samples or more.
-fn sort_by_jitter_keys(
+fn sort_by_jitter_keys<T: Id>(
     rng: &mut NumpyRng,
     spans: &[Span],
     blocks: (i64, i64),
     block_size: u64,
-    samples: &mut [u64],
+    samples: &mut [T],
 ) -> Result<(), OrderError> {
-    let mut keyed: Vec<(u64, u64)> = Vec::with_capacity(samples.len());
+    let mut keyed: Vec<(u64, T)> = Vec::with_capacity(samples.len());
     for_each_position(
         rng,
         spans,

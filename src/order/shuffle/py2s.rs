@@ -1,11 +1,11 @@
 //! upstream `shuffle/py2s.py`: a run-fixed shuffle of shards and of each shard's samples, then
 //! per canonical node an epoch shuffle of the shard pieces and of each piece's samples.
 
-use super::ShuffleParams;
+use super::{Id, ShuffleParams};
 use crate::order::rng::NumpyRng;
 
 /// The py2s permutation.
-pub fn shuffle(p: ShuffleParams<'_>) -> Vec<u64> {
+pub fn shuffle<T: Id>(p: ShuffleParams<'_>) -> Vec<T> {
     let mut ranges = Vec::with_capacity(p.units.len());
     let mut n = 0u64;
     for &u in p.units {
@@ -15,11 +15,11 @@ pub fn shuffle(p: ShuffleParams<'_>) -> Vec<u64> {
     let mut fixed = NumpyRng::new(p.seed);
     fixed.shuffle(&mut ranges);
     // Lay the shards out in their shuffled order; pieces are (start, len) into `samples`.
-    let mut samples: Vec<u64> = Vec::with_capacity(n as usize);
+    let mut samples: Vec<T> = Vec::with_capacity(n as usize);
     let mut pieces: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
     for (a, b) in ranges {
         let start = samples.len();
-        samples.extend(a..b);
+        samples.extend((a..b).map(T::from_u64));
         fixed.shuffle(&mut samples[start..]);
         pieces.push((start, (b - a) as usize));
     }
