@@ -657,7 +657,9 @@ def main(argv):
     started = datetime.datetime.now(datetime.timezone.utc)
     result = {"date": started.isoformat(timespec="seconds"), "argv": sys.argv,
               "params": {k: v for k, v in vars(args).items() if k != "bins"},
-              "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release}}
+              "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
+              "commit": subprocess.run(["git", "-C", HERE, "rev-parse", "HEAD"],
+                                       capture_output=True, text=True).stdout.strip()}
     procs = Procs()
     workdir = tempfile.mkdtemp(prefix="shardfs-bench-")
     ok = False

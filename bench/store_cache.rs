@@ -123,6 +123,30 @@ fn store_only(server: &FakeS3, keys: &[String], parallel: bool) -> Duration {
     start.elapsed()
 }
 
+/// Download + size/xxh64 check + header check of every shard, without the disk.
+fn verify_only(server: &FakeS3, shards: usize, parallel: bool) -> Duration {
+    let mut opts = server.options();
+    opts.request_timeout = Duration::from_secs(300);
+    let dataset = Arc::new(Dataset::load("s3://bkt", &opts).unwrap());
+    let start = Instant::now();
+    if parallel {
+        let ts: Vec<_> = (0..shards)
+            .map(|s| {
+                let d = dataset.clone();
+                std::thread::spawn(move || d.fetch_shard(s, 1).unwrap().len())
+            })
+            .collect();
+        for t in ts {
+            t.join().unwrap();
+        }
+    } else {
+        for s in 0..shards {
+            dataset.fetch_shard(s, 1).unwrap();
+        }
+    }
+    start.elapsed()
+}
+
 fn open_cache(server: &FakeS3, dir: &std::path::Path, io: IoMode) -> Arc<ShardCache> {
     let mut opts = server.options();
     opts.request_timeout = Duration::from_secs(300);
@@ -228,6 +252,23 @@ fn main() {
         t.elapsed().as_secs_f64()
     );
 
+    println!("\n## local disk baseline: write + fsync of {shards} x 64 MiB of random bytes into the temp folder");
+    {
+        let dir = tempfile::tempdir().unwrap();
+        let data: Vec<u8> = (0..64u64 << 20)
+            .map(|i| (i.wrapping_mul(0x9e37_79b9) >> 7) as u8)
+            .collect();
+        let start = Instant::now();
+        for i in 0..shards {
+            use std::io::Write;
+            let mut f = std::fs::File::create(dir.path().join(format!("f{i}"))).unwrap();
+            f.write_all(&data).unwrap();
+            f.sync_all().unwrap();
+        }
+        let rate = (shards * 64) as f64 / start.elapsed().as_secs_f64();
+        println!("disk write+fsync {rate:>7.1} MiB/s (an upper bound for sequential cache fills)");
+    }
+
     println!("\n## cold fetch (MiB/s of shard bytes; ratio = shardfs / curl)");
     for parallel in [false, true] {
         let c = curl(&server, &keys, parallel);
@@ -236,23 +277,27 @@ fn main() {
         let curl_rate = total as f64 / MIB / c.as_secs_f64();
         let ours = bytes as f64 / MIB / f.as_secs_f64();
         let store_rate = total as f64 / MIB / s.as_secs_f64();
+        let v = verify_only(&server, keys.len(), parallel);
+        let verify_rate = total as f64 / MIB / v.as_secs_f64();
         println!(
-            "{:<10} curl {:>7.1} MiB/s ({:.2} s) | store.get {:>7.1} MiB/s (ratio {:.2}) | cache fill {:>7.1} MiB/s ({:.2} s, ratio {:.2})",
+            "{:<10} curl {:>7.1} MiB/s ({:.2} s) | store.get {:>7.1} MiB/s (ratio {:.2}) | get+verify {:>7.1} MiB/s (ratio {:.2}) | cache fill {:>7.1} MiB/s ({:.2} s, ratio {:.2})",
             if parallel { "parallel" } else { "sequential" },
             curl_rate,
             c.as_secs_f64(),
             store_rate,
             store_rate / curl_rate,
+            verify_rate,
+            verify_rate / curl_rate,
             ours,
             f.as_secs_f64(),
             ours / curl_rate
         );
     }
 
-    println!("\n## cached reads, random offsets, page cache warm (MiB/s, kops/s; ratio = io_uring / pread)");
+    println!("\n## cached reads, random offsets, page cache warm (MiB/s, kops/s; ratio = io_uring mode / pread)");
     let dir = tempfile::tempdir().unwrap();
     let mut results = Vec::new();
-    for io in [IoMode::Uring, IoMode::Pread] {
+    for io in [IoMode::Uring, IoMode::UringInline, IoMode::Pread] {
         let cache = open_cache(&server, dir.path(), io);
         for s in 0..keys.len() {
             cache.ensure(s).unwrap();
@@ -273,15 +318,20 @@ fn main() {
                     .find(|r| r.0 == b && r.1 == size && r.2 == threads)
                     .map(|r| (r.3, r.4))
             };
-            if let (Some(u), Some(p)) = (get("io_uring"), get("pread")) {
+            if let (Some(u), Some(i), Some(p)) =
+                (get("io_uring"), get("io_uring-inline"), get("pread"))
+            {
                 println!(
-                    "{:>5} KiB x{threads}: io_uring {:>8.1} MiB/s {:>7.1} kops/s | pread {:>8.1} MiB/s {:>7.1} kops/s | ratio {:.2}",
+                    "{:>5} KiB x{threads}: ring threads {:>8.1} MiB/s {:>7.1} kops/s (ratio {:.2}) | inline ring {:>8.1} MiB/s {:>7.1} kops/s (ratio {:.2}) | pread {:>8.1} MiB/s {:>7.1} kops/s",
                     size / 1024,
                     u.0,
                     u.1 / 1000.0,
+                    u.0 / p.0,
+                    i.0,
+                    i.1 / 1000.0,
+                    i.0 / p.0,
                     p.0,
                     p.1 / 1000.0,
-                    u.0 / p.0
                 );
             }
         }

@@ -16,8 +16,9 @@
 //!   smaller than the largest shard is refused at open with the size it needs.
 //! - **One download per shard.** Concurrent `get`s of an absent shard share one fill (single
 //!   flight); waiters get the fill's result, error included.
-//! - **Reads of cached files use io_uring** from a dedicated ring thread, with `pread` as the
-//!   fallback when io_uring is unavailable (see `io/`).
+//! - **Reads of cached files use io_uring** (one ring per reading thread by default; the
+//!   dedicated ring threads of `io/uring.rs` on request), with `pread` as the fallback when
+//!   io_uring is unavailable (see `io/`).
 //! - **Hot headers and samples stay in memory** (moka, bounded in bytes by `--memory-limit`),
 //!   and `header()` of an uncompressed remote shard costs one ranged GET, not a download.
 //!

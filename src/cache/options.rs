@@ -8,8 +8,11 @@ pub enum IoMode {
     /// io_uring when the kernel allows it, else `pread` (env `SHARDFS_IO=pread|uring` overrides).
     #[default]
     Auto,
-    /// io_uring only; opening fails when it is unavailable.
+    /// io_uring on dedicated ring threads; opening fails when it is unavailable.
     Uring,
+    /// io_uring with one ring per reading thread, submitted inline (no thread hand-off);
+    /// opening fails when it is unavailable.
+    UringInline,
     /// Plain `pread(2)`.
     Pread,
 }

@@ -34,7 +34,7 @@ pub struct CacheStats {
     pub resident_shards: u64,
     /// Shards currently pinned by open handles.
     pub pinned_shards: u64,
-    /// Which reader serves cached files: "io_uring" or "pread".
+    /// Which reader serves cached files: "io_uring-inline", "io_uring" (ring threads) or "pread".
     pub io_backend: &'static str,
 }
 

@@ -372,7 +372,8 @@ impl Planner {
     }
 
     /// Read order of every local rank of `node` for `epoch` (one Vec per local rank); ids are
-    /// global sample ids.
+    /// global sample ids. Computes the epoch's resampling and shuffle once, then only this
+    /// node's ranks (ranks that replication makes identical are computed once and copied).
     pub fn node_orders(&self, epoch: u64, node: u64) -> Result<Vec<Vec<u64>>, OrderError> {
         if node >= self.world.nodes {
             return Err(OrderError::OutOfWorld {
@@ -387,7 +388,8 @@ impl Planner {
         self.ranks_orders(epoch, &ranks)
     }
 
-    /// Read order of one global rank for `epoch`.
+    /// Read order of one global rank for `epoch`. Each call computes the epoch's shuffle; use
+    /// [`Planner::node_orders`] to get several ranks at once.
     pub fn rank_order(&self, epoch: u64, global_rank: u64) -> Result<Vec<u64>, OrderError> {
         let total = self.world.nodes * self.world.ranks_per_node;
         if global_rank >= total {

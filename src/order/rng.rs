@@ -69,8 +69,9 @@ pub struct NumpyRng {
     state: u128,
     inc: u128,
     /// The unused upper half of the last 64-bit draw, kept for the next 32-bit draw (numpy's
-    /// `has_uint32`/`uinteger`).
-    spare_u32: Option<u32>,
+    /// `uinteger`), valid when `has_spare` (numpy's `has_uint32`).
+    spare_u32: u32,
+    has_spare: bool,
 }
 
 impl NumpyRng {
@@ -82,7 +83,8 @@ impl NumpyRng {
         let mut rng = NumpyRng {
             state: 0,
             inc: (initseq << 1) | 1,
-            spare_u32: None,
+            spare_u32: 0,
+            has_spare: false,
         };
         rng.step();
         rng.state = rng.state.wrapping_add(initstate);
@@ -108,11 +110,13 @@ impl NumpyRng {
     /// of a fresh 64-bit draw (whose upper half is stored).
     #[inline]
     pub fn next_u32(&mut self) -> u32 {
-        if let Some(v) = self.spare_u32.take() {
-            return v;
+        if self.has_spare {
+            self.has_spare = false;
+            return self.spare_u32;
         }
         let x = self.next_u64();
-        self.spare_u32 = Some((x >> 32) as u32);
+        self.spare_u32 = (x >> 32) as u32;
+        self.has_spare = true;
         x as u32
     }
 

@@ -1,12 +1,15 @@
 //! Reading cached shard files: io_uring on a dedicated ring thread, or `pread(2)`.
 //!
-//! Both implement [`FileReader`]. [`select`] picks one once per cache: `IoMode::Auto` tries
-//! io_uring and falls back to pread when the ring cannot be set up or its first no-op
-//! cannot complete (old kernels, seccomp filters in containers, `io_uring_disabled`). The
-//! choice is logged once. `SHARDFS_IO=pread|uring|auto` overrides the option.
+//! All implement [`FileReader`]. [`select`] picks one once per cache: `IoMode::Auto` tries
+//! io_uring with one ring per reading thread (`uring_inline.rs`) and falls back to pread
+//! when a ring cannot be set up or its first no-op cannot complete (old kernels, seccomp
+//! filters in containers, `io_uring_disabled`). The choice is logged once.
+//! `IoMode::Uring` selects the dedicated ring threads of `uring.rs` instead (slower for
+//! page-cache hits, see the bench). `SHARDFS_IO=pread|uring|uring-inline|auto` overrides.
 
 mod pread;
 mod uring;
+mod uring_inline;
 
 use super::{CacheError, IoMode};
 use std::fs::File;
@@ -14,6 +17,7 @@ use std::sync::Arc;
 
 pub(crate) use pread::PreadReader;
 pub(crate) use uring::UringReader;
+pub(crate) use uring_inline::InlineUringReader;
 
 /// Positional reads of whole byte ranges from open files.
 pub(crate) trait FileReader: Send + Sync + std::fmt::Debug {
@@ -28,6 +32,7 @@ pub(crate) fn select(mode: IoMode, depth: u32) -> Result<Arc<dyn FileReader>, Ca
     let mode = match std::env::var("SHARDFS_IO").ok().as_deref().map(str::trim) {
         Some("pread") => IoMode::Pread,
         Some("uring") | Some("io_uring") => IoMode::Uring,
+        Some("uring-inline") => IoMode::UringInline,
         Some("auto") => IoMode::Auto,
         Some(other) if !other.is_empty() => {
             return Err(CacheError::Config(format!(
@@ -50,9 +55,18 @@ pub(crate) fn select(mode: IoMode, depth: u32) -> Result<Arc<dyn FileReader>, Ca
                 "io_uring requested but unavailable: {e}"
             ))),
         },
-        IoMode::Auto => match UringReader::new(depth) {
+        IoMode::UringInline => match InlineUringReader::new() {
             Ok(r) => {
-                tracing::info!(depth, "cached shard reads use io_uring");
+                tracing::info!("cached shard reads use io_uring, one ring per reading thread");
+                Ok(Arc::new(r))
+            }
+            Err(e) => Err(CacheError::Config(format!(
+                "io_uring requested but unavailable: {e}"
+            ))),
+        },
+        IoMode::Auto => match InlineUringReader::new() {
+            Ok(r) => {
+                tracing::info!("cached shard reads use io_uring, one ring per reading thread");
                 Ok(Arc::new(r))
             }
             Err(e) => {
@@ -96,6 +110,29 @@ mod tests {
     #[test]
     fn pread_reads_exact_ranges() {
         check(&PreadReader);
+    }
+
+    #[test]
+    fn inline_uring_reads_exact_ranges_when_available() {
+        match InlineUringReader::new() {
+            Ok(r) => {
+                check(&r);
+                let r = Arc::new(r);
+                let hs: Vec<_> = (0..4)
+                    .map(|_| {
+                        let r = r.clone();
+                        std::thread::spawn(move || check(&*r))
+                    })
+                    .collect();
+                for h in hs {
+                    h.join().unwrap();
+                }
+            }
+            Err(e) if std::env::var("CI").as_deref() != Ok("true") => {
+                eprintln!("io_uring unavailable here: {e}")
+            }
+            Err(e) => panic!("io_uring unavailable on CI: {e}"),
+        }
     }
 
     #[test]

@@ -101,7 +101,8 @@ fn sort_by_jitter_buckets<T: Id>(
         shift += 1;
     }
     let coarse_n = (last >> shift) + 1;
-    let bucket = |pos: f64| (pos as usize).min(last);
+    // Positions are in [0, n), far below 2^63: the signed conversion is the cheap one.
+    let bucket = |pos: f64| (pos as i64 as usize).min(last);
     // Pass 1 on a copy of the generator: coarse bucket sizes.
     let mut starts = vec![0usize; coarse_n + 1];
     let mut replay = rng.clone();
