@@ -185,7 +185,8 @@ impl Filesystem for Adapter {
             Ok(a) => reply.entry(&ttl(&a), &file_attr(&a), Generation(0)),
             Err(e) => {
                 if matches!(e, VfsError::NotFound) {
-                    // Negative entries never become positive while mounted.
+                    // A plain ENOENT: the kernel does not cache it, so a name that does not
+                    // exist costs one request per lookup (negative dentries are future work).
                     reply.error(Errno::ENOENT)
                 } else {
                     reply.error(errno(&e))

@@ -223,6 +223,23 @@ fn check_version(v: &serde_json::Value, where_: String) -> Result<()> {
     }
 }
 
+/// Longest column name accepted: the name becomes part of a file name
+/// (`NNNNNNNN.COLUMN.EXT`), which Linux limits to 255 bytes.
+const MAX_COLUMN_NAME: usize = 200;
+
+/// Refuses column names that cannot be part of a file name in the mount tree.
+fn check_column_name(name: &str) -> std::result::Result<(), &'static str> {
+    if name.is_empty() {
+        Err("empty column name")
+    } else if name.len() > MAX_COLUMN_NAME {
+        Err("column name longer than 200 bytes")
+    } else if name.contains('/') || name.contains('\0') {
+        Err("column name contains '/' or NUL")
+    } else {
+        Ok(())
+    }
+}
+
 fn file_ref(shard: usize, raw: RawFile) -> Result<FileRef> {
     validate_basename(shard, &raw.basename)?;
     Ok(FileRef {
@@ -270,6 +287,7 @@ fn parse_shard(i: usize, value: serde_json::Value) -> Result<ShardEntry> {
         .zip(raw.column_encodings)
         .zip(raw.column_sizes)
     {
+        check_column_name(&name).map_err(|why| index_err(format!("column {name:?}: {why}")))?;
         let encoding: Encoding = enc
             .parse()
             .map_err(|e| index_err(format!("column {name:?}: {e}")))?;
@@ -305,6 +323,22 @@ fn parse_shard(i: usize, value: serde_json::Value) -> Result<ShardEntry> {
         return Err(index_err(
             "compression and zip_data must be both set or both null".into(),
         ));
+    }
+    // Sample offsets are u32 and the last one is the file length, so a raw shard
+    // cannot be larger; refusing it here keeps later size sums from overflowing.
+    if raw.raw_data.bytes > u64::from(u32::MAX) {
+        return Err(index_err(format!(
+            "raw_data.bytes {} exceeds the u32 offsets of an MDS shard",
+            raw.raw_data.bytes
+        )));
+    }
+    if let Some(z) = &zip {
+        if z.bytes > u64::from(u32::MAX) * 2 {
+            return Err(index_err(format!(
+                "zip_data.bytes {} is larger than any compressed MDS shard can be",
+                z.bytes
+            )));
+        }
     }
     Ok(ShardEntry {
         samples,
@@ -451,6 +485,25 @@ mod tests {
             );
         }
         assert!(validate_basename(0, "3/shard.00000.mds").is_ok());
+    }
+
+    #[test]
+    fn refuses_column_names_that_cannot_be_file_names() {
+        let long = "c".repeat(201);
+        for bad in ["a/b", "a\\u0000b", "", long.as_str()] {
+            let shard = shard_json("a", 1).replace("[\"id\"]", &format!("[\"{bad}\"]"));
+            let err = Index::parse(index_json(&[shard]).as_bytes()).unwrap_err();
+            assert!(err.to_string().contains("column"), "{bad:?}: {err}");
+        }
+        let ok = shard_json("a", 1).replace("[\"id\"]", "[\"image.jpg\"]");
+        assert!(Index::parse(index_json(&[ok]).as_bytes()).is_ok());
+    }
+
+    #[test]
+    fn refuses_raw_shards_larger_than_u32_offsets() {
+        let huge = shard_json("a", 1).replace("\"bytes\":10", "\"bytes\":18446744073709551615");
+        let err = Index::parse(index_json(&[huge]).as_bytes()).unwrap_err();
+        assert!(err.to_string().contains("u32"), "{err}");
     }
 
     #[test]

@@ -92,7 +92,14 @@ pub fn parse(raw: &[u8]) -> Result<PilValue<'_>> {
     };
     let need = match pixel_type {
         PixelType::Bit => u64::from(width).div_ceil(8) * u64::from(height),
-        PixelType::Plain(_, size) => area * channels * size as u64,
+        PixelType::Plain(_, size) => area
+            .checked_mul(channels)
+            .and_then(|v| v.checked_mul(size as u64))
+            .ok_or_else(|| {
+                err(format!(
+                    "mode {mode:?} {width}x{height}: pixel count overflows"
+                ))
+            })?,
     };
     if pixels.len() as u64 != need {
         return Err(err(format!(
@@ -149,5 +156,21 @@ impl PilValue<'_> {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn huge_dimensions_are_an_error_not_an_overflow() {
+        let mut raw = Vec::new();
+        raw.extend_from_slice(&u32::MAX.to_le_bytes());
+        raw.extend_from_slice(&u32::MAX.to_le_bytes());
+        raw.extend_from_slice(&3u32.to_le_bytes());
+        raw.extend_from_slice(b"RGB");
+        raw.extend_from_slice(&[1, 2, 3]);
+        assert!(parse(&raw).is_err());
     }
 }
