@@ -7,7 +7,7 @@ use std::sync::{Arc, OnceLock, Weak};
 
 use anyhow::{bail, Context, Result};
 
-use super::ordering::OrderingArgs;
+use super::ordering::{OrderingArgs, StreamArg};
 use super::store_args::StoreArgs;
 use crate::cache::{CacheOptions, Dataset, ShardCache};
 use crate::fuse::{self, FuseOptions, Mounted};
@@ -228,7 +228,11 @@ fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
     let slot: Arc<OnceLock<Weak<Readahead>>> = Arc::new(OnceLock::new());
     let mut opened = Vec::new();
     let mut first_shard = 0u32;
+    let mut stream_starts = Vec::new();
     for s in &resolved.streams {
+        if first_shard > 0 {
+            stream_starts.push(first_shard);
+        }
         let o = open_stream(
             config,
             &s.source,
@@ -257,6 +261,9 @@ fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
     .context("invalid ordering options")?;
     let world = resolved.world;
     let node = resolved.node_rank;
+    if let Some(limit) = per_stream_limit {
+        warn_if_cache_too_small(&resolved.streams, &opened, limit, world.ranks_per_node);
+    }
     let global_ranks: Vec<u64> = (0..world.ranks_per_node)
         .map(|l| node * world.ranks_per_node + l)
         .collect();
@@ -278,6 +285,7 @@ fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
         ReadaheadOptions {
             budget_bytes: budget,
             max_fetches: config.fetch_concurrency,
+            stream_starts,
             ..Default::default()
         },
     ));
@@ -292,6 +300,37 @@ fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
         },
     );
     Ok(Arc::new(vfs))
+}
+
+/// Warns when a stream's share of the cache cannot hold two shards per local rank: readers
+/// then wait on each other's shards and readahead can fetch little ahead of them.
+fn warn_if_cache_too_small(
+    streams: &[StreamArg],
+    opened: &[OpenedStream],
+    limit: u64,
+    ranks_per_node: u64,
+) {
+    for (s, o) in streams.iter().zip(opened) {
+        let largest = o
+            .index
+            .shards()
+            .iter()
+            .map(|e| e.raw.bytes)
+            .max()
+            .unwrap_or(0);
+        let wanted = ranks_per_node.saturating_mul(2).saturating_mul(largest);
+        if limit < wanted {
+            tracing::warn!(
+                stream = %s.source,
+                cache_limit = limit,
+                ranks_per_node,
+                largest_shard = largest,
+                wanted,
+                "the cache limit is below ranks per node x 2 x the largest shard: reads may \
+                 wait for downloads and fail when the cache is full; raise --cache-limit"
+            );
+        }
+    }
 }
 
 /// Rank orders from StreamingDataset's plan, for this node's ranks.

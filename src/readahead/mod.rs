@@ -32,8 +32,9 @@
 //!
 //! # Budget
 //! Each rank's walk stops after it has met `budget_bytes / ranks` bytes of distinct shards (or
-//! [`ReadaheadOptions::max_lookahead`] positions), so the window of all ranks together fits in
-//! the cache and prefetching never evicts a shard needed before the one being fetched. The walk
+//! [`ReadaheadOptions::max_lookahead`] positions), and all walks stop when the distinct shards
+//! they met together reach `budget_bytes`, so the window of all ranks together fits in the
+//! cache and prefetching never evicts a shard needed before the one being fetched. The walk
 //! continues into the next epoch when the current one ends, so epoch boundaries do not stall.
 //!
 //! # Stalls
@@ -43,7 +44,7 @@
 mod orders;
 mod policy;
 
-pub use orders::{EpochOrders, OrderCache, OrderSource, RankOrder};
+pub use orders::{EpochOrders, OrderCache, OrderSource, RankOrder, MIN_KEEP_EPOCHS};
 pub use policy::FurthestNextUse;
 
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -98,7 +99,12 @@ pub struct ReadaheadOptions {
     pub max_fetches: usize,
     /// Longest walk per rank, in positions.
     pub max_lookahead: u64,
-    /// Epochs whose orders are kept in memory.
+    /// First shard id of each stream after the first, in increasing order (empty for one
+    /// stream). Each stream's cache has its own share of the limit, so the window covers at
+    /// most `budget_bytes / streams` of each stream's shards.
+    pub stream_starts: Vec<u32>,
+    /// Epochs whose orders are kept in memory (at least [`MIN_KEEP_EPOCHS`]; epochs a reader
+    /// is in are kept beyond it).
     pub keep_epochs: usize,
 }
 
@@ -108,7 +114,8 @@ impl Default for ReadaheadOptions {
             budget_bytes: 1 << 30,
             max_fetches: 8,
             max_lookahead: 1 << 20,
-            keep_epochs: 2,
+            stream_starts: Vec::new(),
+            keep_epochs: MIN_KEEP_EPOCHS,
         }
     }
 }
@@ -380,10 +387,36 @@ impl Inner {
 
     /// Walks every rank's order from its cursor; returns each shard's next use and the shards
     /// to fetch, nearest first.
+    ///
+    /// Each epoch's orders are looked up once per plan (not once per rank), and the epochs
+    /// readers are in are marked so the order cache never drops them. The window is bounded
+    /// twice: each rank's walk by its share of the budget (so one rank cannot take it all) and
+    /// all walks together by one running total of distinct shards per stream, stopping at the
+    /// stream's share of the budget, so the plan never covers more than the budget (nor any
+    /// stream's cache more than its part), however many ranks there are. A rank whose first
+    /// shard alone is larger than its share may still take it, if the total allows.
     fn plan(&self) -> (HashMap<u32, u64>, Vec<u32>) {
         let ranks = self.cursors.len().max(1) as u64;
-        let per_rank = self.opts.budget_bytes / ranks;
+        let budget = self.opts.budget_bytes;
+        let per_rank = budget / ranks;
+        let starts = &self.opts.stream_starts;
+        let per_stream = budget / (starts.len() as u64 + 1);
+        let stream_of = |shard: u32| starts.partition_point(|&f| f <= shard);
         let mut next_use: HashMap<u32, u64> = HashMap::new();
+        let in_use: HashSet<u64> = self
+            .cursors
+            .iter()
+            .filter(|c| c.position.load(Relaxed) != NO_POSITION)
+            .flat_map(|c| {
+                let e = c.epoch.load(Relaxed);
+                [e, e.saturating_add(1)]
+            })
+            .collect();
+        self.orders.set_in_use(in_use);
+        let mut epochs: HashMap<u64, Option<EpochOrders>> = HashMap::new();
+        let mut planned: HashSet<u32> = HashSet::new();
+        let mut totals = vec![0u64; starts.len() + 1];
+        let mut full = vec![false; starts.len() + 1];
         for (r, c) in self.cursors.iter().enumerate() {
             let pos = c.position.load(Relaxed);
             if pos == NO_POSITION {
@@ -397,12 +430,16 @@ impl Inner {
             let start0 = pos.saturating_sub(BACK_MARGIN);
             let mut start = start0;
             'epochs: for e in epoch..epoch.saturating_add(2) {
-                let Ok(order) = self.orders.rank(e, r) else {
+                let orders = epochs
+                    .entry(e)
+                    .or_insert_with(|| self.orders.epoch(e).ok())
+                    .clone();
+                let Some(order) = orders.and_then(|o| o.get(r).cloned()) else {
                     break;
                 };
                 let from = usize::try_from(start).unwrap_or(usize::MAX);
                 for sample in order.iter_from(from) {
-                    let behind = e == epoch && start0 + distance < pos;
+                    let behind = e == epoch && start0.saturating_add(distance) < pos;
                     if let Some(shard) = self.shards.shard_of(sample) {
                         if behind {
                             // Workers may still be reading here: keep what is resident, fetch nothing.
@@ -414,10 +451,30 @@ impl Inner {
                         }
                         if !seen.contains(&shard) {
                             let size = self.shards.shard_bytes(shard);
-                            if !seen.is_empty() && bytes + size > per_rank {
+                            if !seen.is_empty() && bytes.saturating_add(size) > per_rank {
                                 break 'epochs;
                             }
-                            bytes += size;
+                            if !planned.contains(&shard) {
+                                let stream = stream_of(shard);
+                                let (Some(total), Some(is_full)) =
+                                    (totals.get_mut(stream), full.get_mut(stream))
+                                else {
+                                    break 'epochs;
+                                };
+                                if *is_full || total.saturating_add(size) > per_stream {
+                                    // This stream's share is covered: plan none of its later
+                                    // shards, but keep walking for the other streams.
+                                    *is_full = true;
+                                    if full.iter().all(|&f| f) {
+                                        break 'epochs;
+                                    }
+                                    distance += 1;
+                                    continue;
+                                }
+                                *total = total.saturating_add(size);
+                                planned.insert(shard);
+                            }
+                            bytes = bytes.saturating_add(size);
                             seen.insert(shard);
                         }
                         let d = next_use.entry(shard).or_insert(u64::MAX);

@@ -1,6 +1,6 @@
 //! Rank orders per epoch, computed on first use and kept for a few epochs.
 
-use std::collections::VecDeque;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::ReadaheadError;
@@ -69,21 +69,33 @@ pub type EpochOrders = Arc<Vec<RankOrder>>;
 type Slot = Arc<OnceLock<Result<EpochOrders, String>>>;
 
 /// Orders of the last few epochs used; each epoch is computed once even when many readers
-/// ask at the same time.
+/// ask at the same time. Epochs marked in use (those a reader is in, and the next one) are
+/// never dropped, even past `keep`: ranks of one node in different epochs would otherwise
+/// recompute each other's orders over and over.
 pub struct OrderCache {
     source: Box<dyn OrderSource>,
     keep: usize,
     slots: Mutex<VecDeque<(u64, Slot)>>,
+    in_use: Mutex<HashSet<u64>>,
 }
+
+/// Fewest epochs kept: a rank in epoch E and one in E + 1 together need E, E + 1 and E + 2.
+pub const MIN_KEEP_EPOCHS: usize = 3;
 
 impl OrderCache {
     /// Keeps the orders of the `keep` most recently used epochs.
     pub fn new(source: Box<dyn OrderSource>, keep: usize) -> Self {
         Self {
             source,
-            keep: keep.max(2),
+            keep: keep.max(MIN_KEEP_EPOCHS),
             slots: Mutex::new(VecDeque::new()),
+            in_use: Mutex::new(HashSet::new()),
         }
+    }
+
+    /// Marks the epochs readers are in (and about to enter); they are never dropped.
+    pub fn set_in_use(&self, epochs: HashSet<u64>) {
+        *self.in_use.lock().unwrap_or_else(|e| e.into_inner()) = epochs;
     }
 
     /// The orders of `epoch`, computing them if needed.
@@ -98,7 +110,15 @@ impl OrderCache {
             } else {
                 let slot = Slot::default();
                 slots.push_front((epoch, slot.clone()));
-                slots.truncate(self.keep);
+                let in_use = self.in_use.lock().unwrap_or_else(|e| e.into_inner());
+                // Drop the least recently used epochs no reader is in, down to `keep`.
+                let mut i = slots.len();
+                while slots.len() > self.keep && i > 1 {
+                    i -= 1;
+                    if slots.get(i).is_some_and(|(e, _)| !in_use.contains(e)) {
+                        slots.remove(i);
+                    }
+                }
                 slot
             }
         };

@@ -27,7 +27,7 @@ impl ShardSource for Counting {
     }
 }
 
-struct Fixed(Vec<Vec<u64>>, AtomicU64);
+struct Fixed(Vec<Vec<u64>>, Arc<AtomicU64>);
 
 impl OrderSource for Fixed {
     fn node_orders(&self, _epoch: u64) -> Result<Vec<Vec<u64>>, String> {
@@ -37,6 +37,17 @@ impl OrderSource for Fixed {
 }
 
 fn setup(orders: Vec<Vec<u64>>, budget: u64) -> (Readahead, Arc<Counting>) {
+    let (ra, src, _) = setup_counting(orders, budget, Vec::new());
+    (ra, src)
+}
+
+/// Also returns how many times the node's orders were computed.
+fn setup_counting(
+    orders: Vec<Vec<u64>>,
+    budget: u64,
+    stream_starts: Vec<u32>,
+) -> (Readahead, Arc<Counting>, Arc<AtomicU64>) {
+    let computed = Arc::new(AtomicU64::new(0));
     let src = Arc::new(Counting {
         per_shard: 10,
         resident: Mutex::new(HashSet::new()),
@@ -44,17 +55,18 @@ fn setup(orders: Vec<Vec<u64>>, budget: u64) -> (Readahead, Arc<Counting>) {
     });
     let ranks = orders.len();
     let ra = Readahead::new(
-        Box::new(Fixed(orders, AtomicU64::new(0))),
+        Box::new(Fixed(orders, computed.clone())),
         src.clone(),
         ranks,
         ReadaheadOptions {
             budget_bytes: budget,
             max_fetches: 2,
             max_lookahead: 1 << 20,
+            stream_starts,
             keep_epochs: 2,
         },
     );
-    (ra, src)
+    (ra, src, computed)
 }
 
 #[test]
@@ -139,4 +151,55 @@ fn eviction_drops_the_shard_needed_furthest_away_never_a_pinned_one() {
         "pinned shards are never chosen"
     );
     assert_eq!(policy.choose_victim(&ctx(&[9, 8, 3])), Some(2));
+}
+
+#[test]
+fn ranks_in_different_epochs_compute_each_epoch_once() {
+    // Rank 0 in epoch 1 and rank 1 in epoch 0, read alternately (as their lookups are):
+    // epochs 0, 1 and 2 are needed, each computed once, even with keep_epochs 2 asked for.
+    // Orders are short and the budget large, so each walk runs into the next epoch.
+    let (ra, _src, computed) = setup_counting(
+        vec![(0..20).collect(), (0..20).collect()],
+        100_000,
+        Vec::new(),
+    );
+    for p in 0..50u64 {
+        ra.on_read(0, 1, p);
+        ra.order(1, 0).unwrap();
+        assert!(ra.wait_idle(Duration::from_secs(5)));
+        ra.on_read(1, 0, p);
+        ra.order(0, 1).unwrap();
+        assert!(ra.wait_idle(Duration::from_secs(5)));
+    }
+    let n = computed.load(Relaxed);
+    assert!(n <= 3, "orders computed {n} times");
+}
+
+#[test]
+fn the_window_of_many_ranks_never_exceeds_the_budget() {
+    // 8 ranks, each reading its own 4 shards; shards are 100 bytes, the budget 250 bytes, so
+    // each rank's share (31 bytes) is below one shard.
+    let orders: Vec<Vec<u64>> = (0..8u64).map(|r| (r * 40..r * 40 + 40).collect()).collect();
+    let (ra, src) = setup(orders, 250);
+    for r in 0..8 {
+        ra.on_read(r, 0, 0);
+    }
+    assert!(ra.wait_idle(Duration::from_secs(5)));
+    let f = src.fetches.lock().unwrap().clone();
+    assert!(!f.is_empty(), "nothing fetched");
+    assert!(f.len() as u64 * 100 <= 250, "fetched {f:?}");
+    let planned = (0..32u32).filter(|&s| ra.next_use(s) != u64::MAX).count() as u64;
+    assert!(planned * 100 <= 250, "planned {planned} shards");
+}
+
+#[test]
+fn each_stream_gets_its_share_of_the_budget() {
+    // Two streams: shards 0..5 (samples 0..50) and 5..10 (samples 50..100). One rank reads
+    // stream 0's samples first, then stream 1's; the budget covers 4 shards, 2 per stream.
+    let (ra, src, _) = setup_counting(vec![(0..100).collect()], 400, vec![5]);
+    ra.on_read(0, 0, 0);
+    assert!(ra.wait_idle(Duration::from_secs(5)));
+    let mut f = src.fetches.lock().unwrap().clone();
+    f.sort();
+    assert_eq!(f, vec![0, 1, 5, 6]);
 }

@@ -237,21 +237,10 @@ impl Vfs {
             Node::EpochDir(r, _) => self.global_rank(r).map(|_| self.dir_attr(ino)),
             n if n.is_dir() => Ok(self.dir_attr(ino)),
             Node::RankFile(r, e, p, c) => {
+                // Not a read: `ls -l` or `stat` of a whole epoch folder must neither move the
+                // readahead cursor (only `read` does) nor count as stalls.
                 let sample = self.sample_at(r, e, p)?;
-                // A reader opening a file is where it first waits for the shard: tell the
-                // readahead now and count the wait as a stall.
-                self.readahead.on_read(r.0 as usize, e.0, p.0);
-                let resident = self
-                    .source
-                    .shard_of(sample)
-                    .map(|s| self.source.is_resident(s))
-                    .unwrap_or(true);
-                let started = Instant::now();
-                let attr = self.sized(ino, sample, c);
-                if !resident {
-                    self.readahead.record_stall(started.elapsed());
-                }
-                attr
+                self.sized(ino, sample, c)
             }
             Node::SampleFile(s, c) => self.sized(ino, s.0, c),
             _ => Err(VfsError::NotFound),

@@ -5,6 +5,9 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 const KEEP: usize = 32;
+/// A failure of the same shard for the same reason within this many seconds of the last one
+/// is the same failure seen again (a file's lookup and then its read), not a new one.
+const SAME_FAILURE_SECS: u64 = 2;
 
 /// The last few shard failures and how many there were.
 #[derive(Default)]
@@ -13,18 +16,28 @@ pub struct ErrorLog {
 }
 
 impl ErrorLog {
-    /// Records that `shard` failed for `why` (also logged).
+    /// Records that `shard` failed for `why` (also logged); a repeat of the latest failure
+    /// within [`SAME_FAILURE_SECS`] only refreshes its time.
     pub fn record(&self, shard: &str, why: &str) {
-        tracing::error!(
-            shard,
-            why,
-            "shard unavailable: reads of its samples return EIO"
-        );
         let at = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs())
             .unwrap_or(0);
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(last) = g.1.front_mut() {
+            let recent = last["unix_time"]
+                .as_u64()
+                .is_some_and(|t| at.saturating_sub(t) <= SAME_FAILURE_SECS);
+            if recent && last["shard"] == shard && last["why"] == why {
+                last["unix_time"] = at.into();
+                return;
+            }
+        }
+        tracing::error!(
+            shard,
+            why,
+            "shard unavailable: reads of its samples return EIO"
+        );
         g.0 += 1;
         g.1.push_front(serde_json::json!({"shard": shard, "why": why, "unix_time": at}));
         g.1.truncate(KEEP);

@@ -250,10 +250,37 @@ fn broken_shard_gives_eio_and_is_reported_while_others_work() {
     let e = path(&v, "samples/00000012.a.bin").unwrap_err();
     assert_eq!(e.errno(), libc::EIO);
     assert!(path(&v, "samples/00000022.a.bin").is_ok());
+    // The same file's read right after its lookup is the same failure, counted once.
+    use super::inode::{ColumnNo, Node, SampleId};
+    let ino = Node::SampleFile(SampleId(12), ColumnNo(0)).ino().unwrap();
+    assert_eq!(v.read(ino, 0, 100).unwrap_err().errno(), libc::EIO);
     let status: serde_json::Value = serde_json::from_slice(&v.status_json()).unwrap();
     assert_eq!(status["errors"]["count"], 1);
     assert_eq!(status["errors"]["recent"][0]["shard"], "shard.00001.mds");
     assert_eq!(status["errors"]["recent"][0]["why"], "hash mismatch");
+}
+
+#[test]
+fn stat_does_not_move_the_readahead_cursor_but_read_does() {
+    let v = vfs(40_000, vec![0], 1, None);
+    let cursor = |v: &Vfs| {
+        let s: serde_json::Value = serde_json::from_slice(&v.status_json()).unwrap();
+        s["readahead"]["ranks"][0]["cursor"].clone()
+    };
+    // `ls -l` of the epoch folder: stat of far positions.
+    for p in [0u64, 5000, 39_999] {
+        let a = path(&v, &format!("rank-0/epoch-0/{p:08}.a.bin")).unwrap();
+        v.getattr(a.ino).unwrap();
+    }
+    assert_eq!(cursor(&v), serde_json::Value::Null, "stat moved the cursor");
+    let far = path(&v, "rank-0/epoch-0/00039999.a.bin").unwrap();
+    let near = path(&v, "rank-0/epoch-0/00000007.a.bin").unwrap();
+    v.read(near.ino, 0, 10).unwrap();
+    assert_eq!(cursor(&v), 7);
+    v.getattr(far.ino).unwrap();
+    assert_eq!(cursor(&v), 7, "stat moved the cursor");
+    v.read(far.ino, 0, 10).unwrap();
+    assert_eq!(cursor(&v), 39_999);
 }
 
 #[test]
