@@ -326,14 +326,25 @@ fn a_budget_below_the_largest_shard_or_fully_pinned_is_a_clear_error() {
         dataset,
         CacheOptions {
             cache_limit: Some(max + 10),
+            pinned_wait: Duration::from_millis(300),
             ..opts(tmp.path())
         },
     )
     .unwrap();
-    let _pin = cache.get(0).unwrap();
+    let pin = cache.get(0).unwrap();
+    let started = std::time::Instant::now();
     let e = cache.get(1).unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(300));
     assert!(matches!(e, CacheError::Full { .. }), "{e:?}");
     assert!(e.to_string().contains("pinned by open readers"), "{e}");
+    // A reader that lets go in time makes room for the waiting read.
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        drop(pin);
+    });
+    cache.get(1).unwrap();
+    releaser.join().unwrap();
+    assert!(!cache.is_resident(0));
 }
 
 #[test]
@@ -797,7 +808,7 @@ mod model {
             let index = dataset.index().clone();
             let sizes: Vec<u64> = index.shards().iter().map(|s| s.raw.bytes).collect();
             let limit = sizes.iter().max().unwrap() * budget;
-            let cache = ShardCache::open(dataset, CacheOptions { cache_limit: Some(limit), memory_limit: 0, ..opts(tmp.path()) }).unwrap();
+            let cache = ShardCache::open(dataset, CacheOptions { cache_limit: Some(limit), memory_limit: 0, pinned_wait: Duration::ZERO, ..opts(tmp.path()) }).unwrap();
             let mut model = Model::default();
             let mut held: Vec<shardfs::cache::ShardHandle> = Vec::new();
             for op in ops {

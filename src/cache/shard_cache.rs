@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Instant;
 
 /// One fill in progress; waiters block on `cv` until `result` is set.
 #[derive(Debug, Default)]
@@ -238,7 +239,7 @@ impl ShardCache {
         {
             let st = cache.lock();
             if st.usage > cache.limit {
-                match cache.make_room(st, usize::MAX, 0, RoomWait::GiveUp)? {
+                match cache.make_room(st, usize::MAX, 0, RoomWait::GiveUp, Instant::now())? {
                     Room::Made(_) => {}
                     Room::Retry | Room::NotNow => {
                         let st = cache.lock();
@@ -451,6 +452,7 @@ impl ShardCache {
     fn acquire(&self, shard: usize, pin: bool, wait: RoomWait) -> Result<bool, CacheError> {
         let need = self.dataset.shard(shard)?.raw.bytes;
         let mut counted = false;
+        let deadline = Instant::now() + self.opts.pinned_wait;
         loop {
             let mut st = self.lock();
             st.clock += 1;
@@ -485,7 +487,7 @@ impl ShardCache {
                         Counters::add(&self.counters.disk_misses, 1);
                         counted = true;
                     }
-                    let mut st = match self.make_room(st, shard, need, wait)? {
+                    let mut st = match self.make_room(st, shard, need, wait, deadline)? {
                         Room::Made(st) => st,
                         // The slot may have changed while waiting: look again.
                         Room::Retry => continue,
@@ -555,15 +557,17 @@ impl ShardCache {
     /// When no victim is left, room can still appear: fills in progress finish (their
     /// reservation turns into evictable shards) and readers unpin. Then, with
     /// [`RoomWait::Wait`], it waits on `room` and returns [`Room::Retry`]; with
-    /// [`RoomWait::GiveUp`] it returns [`Room::NotNow`]. [`CacheError::Full`] only when the
-    /// pinned shards plus this one exceed the limit, or nothing can change (no fill in
-    /// progress, no pin to wait for, and the policy refuses every candidate).
+    /// [`RoomWait::GiveUp`] it returns [`Room::NotNow`]. When the pinned shards plus this one
+    /// exceed the limit it waits for unpins until `deadline` only. [`CacheError::Full`] when
+    /// that runs out or nothing can change (no fill in progress, no pin to wait for, and the
+    /// policy refuses every candidate).
     fn make_room<'a>(
         &'a self,
         mut st: MutexGuard<'a, State>,
         incoming: usize,
         need: u64,
         wait: RoomWait,
+        deadline: Instant,
     ) -> Result<Room<'a>, CacheError> {
         while st.usage.saturating_add(st.reserved).saturating_add(need) > self.limit {
             let mut candidates = Vec::new();
@@ -608,11 +612,22 @@ impl ShardCache {
             // Something that may free room is under way: a fill, or (when the policy had
             // nothing to choose from) a pinned reader that will let go.
             let may_change = st.reserved > 0 || (candidates.is_empty() && pinned_bytes > 0);
+            if may_change && wait == RoomWait::GiveUp {
+                return Ok(Room::NotNow);
+            }
             if possible && may_change {
-                if wait == RoomWait::GiveUp {
-                    return Ok(Room::NotNow);
-                }
+                // A fill in progress always ends (see `FillGuard`), so this wait does too.
                 drop(self.room.wait(st).unwrap_or_else(|p| p.into_inner()));
+                return Ok(Room::Retry);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if may_change && !left.is_zero() {
+                // Only unpins can make room: wait for them, but not forever.
+                let (st, _) = self
+                    .room
+                    .wait_timeout(st, left)
+                    .unwrap_or_else(|p| p.into_inner());
+                drop(st);
                 return Ok(Room::Retry);
             }
             if wait == RoomWait::GiveUp {
