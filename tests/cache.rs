@@ -326,14 +326,25 @@ fn a_budget_below_the_largest_shard_or_fully_pinned_is_a_clear_error() {
         dataset,
         CacheOptions {
             cache_limit: Some(max + 10),
+            pinned_wait: Duration::from_millis(300),
             ..opts(tmp.path())
         },
     )
     .unwrap();
-    let _pin = cache.get(0).unwrap();
+    let pin = cache.get(0).unwrap();
+    let started = std::time::Instant::now();
     let e = cache.get(1).unwrap_err();
+    assert!(started.elapsed() >= Duration::from_millis(300));
     assert!(matches!(e, CacheError::Full { .. }), "{e:?}");
     assert!(e.to_string().contains("pinned by open readers"), "{e}");
+    // A reader that lets go in time makes room for the waiting read.
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(50));
+        drop(pin);
+    });
+    cache.get(1).unwrap();
+    releaser.join().unwrap();
+    assert!(!cache.is_resident(0));
 }
 
 #[test]
@@ -364,6 +375,146 @@ fn concurrent_gets_of_one_shard_download_it_once() {
     let h = cache.get(3).unwrap();
     assert!(!h.is_empty());
     assert_eq!(counting.for_key("shard.00003.mds").gets, 1);
+}
+
+#[test]
+fn reads_wait_for_room_taken_by_slow_fills_and_prefetch_gives_up() {
+    // Budget: the two largest shards. Every GET is slow, so fills overlap and the budget is
+    // often fully reserved by downloads in progress: reads must wait, never fail.
+    let ds = fixtures().join("mds/basic");
+    let tmp = tempfile::tempdir().unwrap();
+    let (faulty, counting, dataset) = instrumented(&ds, &quick_store());
+    let sizes: Vec<u64> = dataset
+        .index()
+        .shards()
+        .iter()
+        .map(|s| s.raw.bytes)
+        .collect();
+    let mut by_size: Vec<usize> = (0..sizes.len()).collect();
+    by_size.sort_by_key(|i| std::cmp::Reverse(sizes[*i]));
+    let (a, b, c) = (by_size[0], by_size[1], by_size[2]);
+    let limit = sizes[a] + sizes[b];
+    let cache = ShardCache::open(
+        dataset,
+        CacheOptions {
+            cache_limit: Some(limit),
+            memory_limit: 0,
+            ..opts(tmp.path())
+        },
+    )
+    .unwrap();
+
+    // While a and b fill (budget fully reserved), a prefetch-style ensure gives up at once.
+    faulty.inject(Fault::Latency(Duration::from_millis(1500)), None, None);
+    let slow: Vec<_> = [a, b]
+        .into_iter()
+        .map(|s| {
+            let c = cache.clone();
+            std::thread::spawn(move || c.ensure(s))
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(!cache.is_resident(a) && !cache.is_resident(b));
+    assert!(!cache.ensure_if_room(c).unwrap(), "prefetch must not wait");
+    assert!(!cache.is_resident(c));
+    for t in slow {
+        t.join().unwrap().unwrap();
+    }
+
+    // Now many readers of different shards at once, each GET slow.
+    faulty.clear();
+    faulty.inject(Fault::Latency(Duration::from_millis(200)), None, None);
+    for s in [a, b] {
+        assert!(cache.evict(s));
+    }
+    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let watcher = {
+        let (cache, done) = (cache.clone(), done.clone());
+        std::thread::spawn(move || {
+            let mut max = 0;
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                max = max.max(cache.stats().usage_bytes);
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            max
+        })
+    };
+    let readers: Vec<_> = (0..sizes.len())
+        .map(|s| {
+            let cache = cache.clone();
+            let raw =
+                std::fs::read(ds.join(&cache.dataset().index().shards()[s].raw.basename)).unwrap();
+            std::thread::spawn(move || {
+                let h = cache.get(s)?;
+                let got = h.read_at(0, raw.len())?;
+                assert_eq!(&got[..], &raw[..], "shard {s}");
+                Ok::<_, CacheError>(())
+            })
+        })
+        .collect();
+    for (s, t) in readers.into_iter().enumerate() {
+        t.join().unwrap().unwrap_or_else(|e| panic!("get {s}: {e}"));
+    }
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    let max_usage = watcher.join().unwrap();
+    assert!(max_usage <= limit, "usage {max_usage} > limit {limit}");
+    let st = cache.stats();
+    assert!(st.usage_bytes <= limit);
+    assert_eq!(st.fill_failures, 0);
+    assert_eq!(st.pinned_shards, 0);
+    // One download per shard (a and b twice: evicted above), none of c before.
+    for (s, shard) in cache.dataset().index().shards().iter().enumerate() {
+        let want = if s == a || s == b { 2 } else { 1 };
+        assert_eq!(
+            counting.for_key(&shard.raw.basename).gets,
+            want,
+            "shard {s}"
+        );
+    }
+}
+
+#[test]
+fn reopening_with_a_smaller_budget_evicts_only_down_to_it() {
+    let ds = fixtures().join("mds/basic");
+    let tmp = tempfile::tempdir().unwrap();
+    let load = || Arc::new(Dataset::load(ds.to_str().unwrap(), &StoreOptions::default()).unwrap());
+    let sizes: Vec<u64> = load()
+        .index()
+        .shards()
+        .iter()
+        .map(|s| s.raw.bytes)
+        .collect();
+    let (total, max) = (sizes.iter().sum::<u64>(), *sizes.iter().max().unwrap());
+    {
+        let cache = ShardCache::open(load(), opts(tmp.path())).unwrap();
+        for s in 0..sizes.len() {
+            cache.ensure(s).unwrap();
+        }
+        assert_eq!(cache.stats().usage_bytes, total);
+    }
+    let limit = total / 2;
+    assert!(limit > max, "fixture needs more shards for this test");
+    let cache = ShardCache::open(
+        load(),
+        CacheOptions {
+            cache_limit: Some(limit),
+            ..opts(tmp.path())
+        },
+    )
+    .unwrap();
+    let st = cache.stats();
+    assert!(st.usage_bytes <= limit, "{} > {limit}", st.usage_bytes);
+    // Evicting stops as soon as it fits: one more shard would not have fitted.
+    assert!(
+        st.usage_bytes + max > limit,
+        "evicted too much: {} of {limit} kept",
+        st.usage_bytes
+    );
+    let on_disk: u64 = (0..sizes.len())
+        .filter(|s| cache.shard_path(*s).unwrap().exists())
+        .map(|s| sizes[s])
+        .sum();
+    assert_eq!(on_disk, st.usage_bytes);
 }
 
 #[test]
@@ -657,7 +808,7 @@ mod model {
             let index = dataset.index().clone();
             let sizes: Vec<u64> = index.shards().iter().map(|s| s.raw.bytes).collect();
             let limit = sizes.iter().max().unwrap() * budget;
-            let cache = ShardCache::open(dataset, CacheOptions { cache_limit: Some(limit), memory_limit: 0, ..opts(tmp.path()) }).unwrap();
+            let cache = ShardCache::open(dataset, CacheOptions { cache_limit: Some(limit), memory_limit: 0, pinned_wait: Duration::ZERO, ..opts(tmp.path()) }).unwrap();
             let mut model = Model::default();
             let mut held: Vec<shardfs::cache::ShardHandle> = Vec::new();
             for op in ops {

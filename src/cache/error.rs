@@ -68,6 +68,12 @@ pub enum CacheError {
         /// Bytes reserved by fills in progress.
         filling: u64,
     },
+    /// A fill ended without a result (its thread panicked); the next request refetches.
+    #[error("the download of shard {shard} was aborted (the filling thread panicked)")]
+    FillAborted {
+        /// Shard number.
+        shard: usize,
+    },
     /// A shard number beyond the index.
     #[error("shard {shard} does not exist (the index has {shards} shards)")]
     NoSuchShard {

@@ -15,6 +15,7 @@ use std::collections::HashMap;
 use std::fs::File;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
+use std::time::Instant;
 
 /// One fill in progress; waiters block on `cv` until `result` is set.
 #[derive(Debug, Default)]
@@ -37,6 +38,54 @@ impl Flight {
             }
             g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
         }
+    }
+}
+
+/// Whether `acquire` may block until other fills finish or readers unpin to make room.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RoomWait {
+    /// Reads: wait for room; fail only when the pinned shards leave no room at all.
+    Wait,
+    /// Prefetch: give up quietly when there is no room right now.
+    GiveUp,
+}
+
+/// What `make_room` did.
+enum Room<'a> {
+    /// Room was made; the lock is still held.
+    Made(MutexGuard<'a, State>),
+    /// It waited for a change (fill finished, unpin, eviction); look at the slot again.
+    Retry,
+    /// No room now, and the caller does not wait.
+    NotNow,
+}
+
+/// Cleans up a fill that did not finish normally (its thread panicked): frees the slot and the
+/// reservation and wakes the waiters, so no `Flight::wait` hangs forever.
+struct FillGuard<'a> {
+    cache: &'a ShardCache,
+    shard: usize,
+    need: u64,
+    flight: Arc<Flight>,
+    armed: bool,
+}
+
+impl Drop for FillGuard<'_> {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        {
+            let mut st = self.cache.lock();
+            st.reserved = st.reserved.saturating_sub(self.need);
+            if let Some(slot) = st.slots.get_mut(self.shard) {
+                *slot = Slot::Absent;
+            }
+        }
+        self.cache.room.notify_all();
+        Counters::add(&self.cache.counters.fill_failures, 1);
+        self.flight
+            .finish(Err(CacheError::FillAborted { shard: self.shard }));
     }
 }
 
@@ -70,6 +119,9 @@ pub struct ShardCache {
     limit: u64,
     opts: CacheOptions,
     state: Mutex<State>,
+    /// Notified whenever room may have appeared: a fill finished or failed, a reader unpinned,
+    /// a shard was evicted or forgotten.
+    room: Condvar,
     policy: Arc<dyn EvictionPolicy>,
     reader: Arc<dyn FileReader>,
     memory: MemoryTier,
@@ -171,6 +223,7 @@ impl ShardCache {
                 reserved: 0,
                 clock,
             }),
+            room: Condvar::new(),
             policy,
             reader,
             prefetch_tx: Mutex::new(None),
@@ -182,12 +235,23 @@ impl ShardCache {
                 cache.policy.inserted(i, *bytes);
             }
         }
-        // A smaller budget than last time: evict down to it now.
+        // A smaller budget than last time: evict until usage <= limit (need 0), no further.
         {
-            let mut st = cache.lock();
+            let st = cache.lock();
             if st.usage > cache.limit {
-                let over = st.usage - cache.limit;
-                cache.make_room(&mut st, usize::MAX, over.min(cache.limit))?;
+                match cache.make_room(st, usize::MAX, 0, RoomWait::GiveUp, Instant::now())? {
+                    Room::Made(_) => {}
+                    Room::Retry | Room::NotNow => {
+                        let st = cache.lock();
+                        return Err(CacheError::Full {
+                            shard: usize::MAX,
+                            need: 0,
+                            limit: cache.limit,
+                            pinned: 0,
+                            filling: st.reserved,
+                        });
+                    }
+                }
             }
         }
         cache.start_prefetchers();
@@ -228,7 +292,7 @@ impl ShardCache {
     /// The shard on disk, fetching it if needed (one download however many threads ask),
     /// pinned against eviction until the handle is dropped.
     pub fn get(self: &Arc<Self>, shard: usize) -> Result<ShardHandle, CacheError> {
-        self.acquire(shard, true)?;
+        self.acquire(shard, true, RoomWait::Wait)?;
         let path = self.shard_path(shard)?;
         match File::open(&path) {
             Ok(f) => {
@@ -266,9 +330,17 @@ impl ShardCache {
         }
     }
 
-    /// Makes `shard` resident (fetching if needed) without keeping a pin. Blocking.
+    /// Makes `shard` resident (fetching if needed) without keeping a pin. Blocking; when the
+    /// budget is taken by other fills or pinned shards it waits for room, and reports
+    /// [`CacheError::Full`] only when the pinned shards alone leave no room for this one.
     pub fn ensure(&self, shard: usize) -> Result<(), CacheError> {
-        self.acquire(shard, false)
+        self.acquire(shard, false, RoomWait::Wait).map(|_| ())
+    }
+
+    /// Like [`ShardCache::ensure`] for prefetching: never waits for room. Returns `Ok(false)`
+    /// (and fetches nothing) when the shard would not fit now without waiting.
+    pub fn ensure_if_room(&self, shard: usize) -> Result<bool, CacheError> {
+        self.acquire(shard, false, RoomWait::GiveUp)
     }
 
     /// Evicts `shard` now if it is resident and unpinned; returns whether it did.
@@ -277,6 +349,8 @@ impl ShardCache {
         match st.slots.get(shard) {
             Some(Slot::Resident { pins: 0, .. }) => {
                 self.remove(&mut st, shard);
+                drop(st);
+                self.room.notify_all();
                 true
             }
             _ => false,
@@ -373,10 +447,12 @@ impl ShardCache {
         }
     }
 
-    /// Resident (and, if `pin`, pinned) on return, or the error of the fill.
-    fn acquire(&self, shard: usize, pin: bool) -> Result<(), CacheError> {
+    /// Resident (and, if `pin`, pinned) on return (`Ok(true)`), or the error of the fill.
+    /// `Ok(false)`: no room now and `wait` is [`RoomWait::GiveUp`]; nothing was done.
+    fn acquire(&self, shard: usize, pin: bool, wait: RoomWait) -> Result<bool, CacheError> {
         let need = self.dataset.shard(shard)?.raw.bytes;
         let mut counted = false;
+        let deadline = Instant::now() + self.opts.pinned_wait;
         loop {
             let mut st = self.lock();
             st.clock += 1;
@@ -394,7 +470,7 @@ impl ShardCache {
                     if !counted {
                         Counters::add(&self.counters.disk_hits, 1);
                     }
-                    return Ok(());
+                    return Ok(true);
                 }
                 Slot::Filling(flight) => {
                     let flight = flight.clone();
@@ -409,15 +485,29 @@ impl ShardCache {
                 Slot::Absent => {
                     if !counted {
                         Counters::add(&self.counters.disk_misses, 1);
+                        counted = true;
                     }
-                    self.make_room(&mut st, shard, need)?;
+                    let mut st = match self.make_room(st, shard, need, wait, deadline)? {
+                        Room::Made(st) => st,
+                        // The slot may have changed while waiting: look again.
+                        Room::Retry => continue,
+                        Room::NotNow => return Ok(false),
+                    };
                     let flight = Arc::new(Flight::default());
                     st.slots[shard] = Slot::Filling(flight.clone());
-                    st.reserved += need;
+                    st.reserved = st.reserved.saturating_add(need);
                     drop(st);
+                    let mut guard = FillGuard {
+                        cache: self,
+                        shard,
+                        need,
+                        flight: flight.clone(),
+                        armed: true,
+                    };
                     let result = self.fill(shard);
+                    guard.armed = false;
                     let mut st = self.lock();
-                    st.reserved -= need;
+                    st.reserved = st.reserved.saturating_sub(need);
                     match &result {
                         Ok(bytes) => {
                             st.clock += 1;
@@ -427,15 +517,17 @@ impl ShardCache {
                                 pins: u32::from(pin),
                                 last_use,
                             };
-                            st.usage += *bytes;
+                            st.usage = st.usage.saturating_add(*bytes);
                             drop(st);
+                            self.room.notify_all();
                             self.policy.inserted(shard, *bytes);
                             flight.finish(Ok(()));
-                            return Ok(());
+                            return Ok(true);
                         }
                         Err(e) => {
                             st.slots[shard] = Slot::Absent;
                             drop(st);
+                            self.room.notify_all();
                             Counters::add(&self.counters.fill_failures, 1);
                             flight.finish(Err(e.clone()));
                             return Err(e.clone());
@@ -461,11 +553,26 @@ impl ShardCache {
     }
 
     /// Evicts until `need` more bytes fit, asking the policy for victims.
-    fn make_room(&self, st: &mut State, incoming: usize, need: u64) -> Result<(), CacheError> {
-        while st.usage + st.reserved + need > self.limit {
+    ///
+    /// When no victim is left, room can still appear: fills in progress finish (their
+    /// reservation turns into evictable shards) and readers unpin. Then, with
+    /// [`RoomWait::Wait`], it waits on `room` and returns [`Room::Retry`]; with
+    /// [`RoomWait::GiveUp`] it returns [`Room::NotNow`]. When the pinned shards plus this one
+    /// exceed the limit it waits for unpins until `deadline` only. [`CacheError::Full`] when
+    /// that runs out or nothing can change (no fill in progress, no pin to wait for, and the
+    /// policy refuses every candidate).
+    fn make_room<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        incoming: usize,
+        need: u64,
+        wait: RoomWait,
+        deadline: Instant,
+    ) -> Result<Room<'a>, CacheError> {
+        while st.usage.saturating_add(st.reserved).saturating_add(need) > self.limit {
             let mut candidates = Vec::new();
             let mut pinned = Vec::new();
-            let mut pinned_bytes = 0;
+            let mut pinned_bytes = 0u64;
             for (i, s) in st.slots.iter().enumerate() {
                 if let Slot::Resident {
                     bytes,
@@ -481,7 +588,7 @@ impl ShardCache {
                         });
                     } else {
                         pinned.push(i);
-                        pinned_bytes += bytes;
+                        pinned_bytes = pinned_bytes.saturating_add(*bytes);
                     }
                 }
             }
@@ -490,33 +597,57 @@ impl ShardCache {
                 pinned: &pinned,
                 incoming,
                 need,
-                usage: st.usage + st.reserved,
+                usage: st.usage.saturating_add(st.reserved),
                 limit: self.limit,
             };
             let victim = self
                 .policy
                 .choose_victim(&ctx)
                 .filter(|v| candidates.iter().any(|c| c.shard == *v));
-            match victim {
-                Some(v) => self.remove(st, v),
-                None => {
-                    return Err(CacheError::Full {
-                        shard: incoming,
-                        need,
-                        limit: self.limit,
-                        pinned: pinned_bytes,
-                        filling: st.reserved,
-                    })
-                }
+            if let Some(v) = victim {
+                self.remove(&mut st, v);
+                continue;
             }
+            let possible = pinned_bytes.saturating_add(need) <= self.limit;
+            // Something that may free room is under way: a fill, or (when the policy had
+            // nothing to choose from) a pinned reader that will let go.
+            let may_change = st.reserved > 0 || (candidates.is_empty() && pinned_bytes > 0);
+            if may_change && wait == RoomWait::GiveUp {
+                return Ok(Room::NotNow);
+            }
+            if possible && may_change {
+                // A fill in progress always ends (see `FillGuard`), so this wait does too.
+                drop(self.room.wait(st).unwrap_or_else(|p| p.into_inner()));
+                return Ok(Room::Retry);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if may_change && !left.is_zero() {
+                // Only unpins can make room: wait for them, but not forever.
+                let (st, _) = self
+                    .room
+                    .wait_timeout(st, left)
+                    .unwrap_or_else(|p| p.into_inner());
+                drop(st);
+                return Ok(Room::Retry);
+            }
+            if wait == RoomWait::GiveUp {
+                return Ok(Room::NotNow);
+            }
+            return Err(CacheError::Full {
+                shard: incoming,
+                need,
+                limit: self.limit,
+                pinned: pinned_bytes,
+                filling: st.reserved,
+            });
         }
-        Ok(())
+        Ok(Room::Made(st))
     }
 
     fn remove(&self, st: &mut State, shard: usize) {
         if let Some(Slot::Resident { bytes, .. }) = st.slots.get(shard).cloned() {
             st.slots[shard] = Slot::Absent;
-            st.usage -= bytes;
+            st.usage = st.usage.saturating_sub(bytes);
             if let Ok(k) = self.key(shard) {
                 let _ = std::fs::remove_file(self.layout.shard_path(k));
             }
@@ -530,7 +661,9 @@ impl ShardCache {
         let mut st = self.lock();
         if let Some(Slot::Resident { bytes, pins: 0, .. }) = st.slots.get(shard).cloned() {
             st.slots[shard] = Slot::Absent;
-            st.usage -= bytes;
+            st.usage = st.usage.saturating_sub(bytes);
+            drop(st);
+            self.room.notify_all();
         }
     }
 
@@ -538,6 +671,10 @@ impl ShardCache {
         let mut st = self.lock();
         if let Some(Slot::Resident { pins, .. }) = st.slots.get_mut(shard) {
             *pins = pins.saturating_sub(1);
+            if *pins == 0 {
+                drop(st);
+                self.room.notify_all();
+            }
         }
     }
 
@@ -553,8 +690,10 @@ impl ShardCache {
                     let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
                     let Ok(shard) = job else { return };
                     let Some(cache) = weak.upgrade() else { return };
-                    if let Err(e) = cache.ensure(shard) {
-                        tracing::warn!(shard, error = %e, "prefetch failed");
+                    match cache.ensure_if_room(shard) {
+                        Ok(true) => {}
+                        Ok(false) => tracing::debug!(shard, "prefetch skipped: no room now"),
+                        Err(e) => tracing::warn!(shard, error = %e, "prefetch failed"),
                     }
                 });
             if let Err(e) = spawned {

@@ -27,6 +27,11 @@ pub trait ShardStore: Send + Sync {
     }
     /// Makes the shard resident without keeping it pinned (blocks).
     fn ensure(&self, shard: usize) -> Result<(), String>;
+    /// For readahead: like [`ShardStore::ensure`], but returns at once (fetching nothing)
+    /// instead of waiting when the cache has no room now.
+    fn prefetch(&self, shard: usize) -> Result<(), String> {
+        self.ensure(shard)
+    }
     /// Whether the shard can be read now without waiting for the store.
     fn is_resident(&self, shard: usize) -> bool;
     /// Live counters for `status.json`.
@@ -48,6 +53,16 @@ impl ShardStore for CachedShards {
     }
     fn ensure(&self, shard: usize) -> Result<(), String> {
         self.0.ensure(shard).map_err(|e| e.to_string())
+    }
+    fn prefetch(&self, shard: usize) -> Result<(), String> {
+        match self.0.ensure_if_room(shard) {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                tracing::debug!(shard, "readahead skipped: no room in the cache now");
+                Ok(())
+            }
+            Err(e) => Err(e.to_string()),
+        }
     }
     fn is_resident(&self, shard: usize) -> bool {
         self.0.is_resident(shard)
@@ -212,7 +227,7 @@ impl ShardSource for MdsDataset {
         let (s, k) = self
             .stream_of_shard(shard)
             .ok_or_else(|| format!("no shard {shard}"))?;
-        s.shards.ensure(k)
+        s.shards.prefetch(k)
     }
 }
 
