@@ -86,7 +86,8 @@ pub trait ShardSource: Send + Sync {
     fn shard_bytes(&self, shard: u32) -> u64;
     /// Whether the shard can be read now without waiting for the store.
     fn is_resident(&self, shard: u32) -> bool;
-    /// Makes the shard resident, blocking until it is (does not keep it pinned).
+    /// Makes the shard resident, blocking until it is (does not keep it pinned); may return
+    /// `Ok` without fetching when the cache has no room for it now (a prefetch never waits).
     fn fetch(&self, shard: u32) -> Result<(), String>;
 }
 
