@@ -147,21 +147,26 @@ impl Orig {
         if self.degenerate {
             return (row * self.sp + col) % self.n;
         }
-        let col = if self.pad != 0 && col >= self.s {
-            if self.pad_broadcast {
-                self.pad_src
-            } else {
-                self.pad_src + (col - self.s)
-            }
-        } else {
-            col
-        };
+        let col = self.source_col(col);
         let (start, short) = self.row_start(row);
         let mut v = start + col;
         if col == self.s - 1 && short {
             v -= 1;
         }
         v
+    }
+
+    /// The column a matrix column takes its value from: itself, or for the padding columns
+    /// past S (step 3 of MDS-SPEC §5.4) the earlier column they copy.
+    #[inline]
+    fn source_col(&self, col: u64) -> u64 {
+        if self.pad == 0 || col < self.s {
+            col
+        } else if self.pad_broadcast {
+            self.pad_src
+        } else {
+            self.pad_src + (col - self.s)
+        }
     }
 
     /// First id of canonical row `row`, and whether the row is shorter than S.
@@ -199,15 +204,7 @@ impl Orig {
             let (mut row, mut col) = (t0 % self.c, t0 / self.c);
             let last = self.s - 1;
             for _ in 0..main {
-                let c = if self.pad != 0 && col >= self.s {
-                    if self.pad_broadcast {
-                        self.pad_src
-                    } else {
-                        self.pad_src + (col - self.s)
-                    }
-                } else {
-                    col
-                };
+                let c = self.source_col(col);
                 let (start, short) = rows[row as usize];
                 out.push(start + c - u64::from(c == last && short));
                 row += row_step;
