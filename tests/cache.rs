@@ -73,7 +73,7 @@ fn opts(dir: &Path) -> CacheOptions {
 
 #[test]
 fn every_fixture_sample_reads_back_through_s3_and_the_cache() {
-    let Some(moto) = moto() else { return };
+    let moto = moto();
     let tmp = tempfile::tempdir().unwrap();
     for ds in mds_datasets() {
         let name = ds.file_name().unwrap().to_str().unwrap();
@@ -664,8 +664,9 @@ fn custom_eviction_policies_choose_among_unpinned_shards() {
 
 mod crash {
     //! `kill -9` in the middle of a download: the next run keeps every complete shard and
-    //! refetches only the interrupted one. The child is this test binary re-run on an
-    //! ignored test that fills a cache from the in-process S3 server of the parent.
+    //! refetches only the interrupted one. The child is this test binary re-run on the same
+    //! test with `SHARDFS_CRASH_*` set: it then fills a cache from the parent's in-process S3
+    //! server instead of playing the parent.
     use super::*;
     use crate::common::s3s_server::{FakeS3, ServerFault, ACCESS_KEY, SECRET_KEY};
     use std::io::{BufRead, BufReader};
@@ -681,18 +682,11 @@ mod crash {
         o
     }
 
-    /// The child: fills the cache shard by shard, printing each completed shard.
-    #[test]
-    #[ignore = "run by the kill -9 test as a child process"]
-    fn child_fills_the_cache() {
-        let (Ok(endpoint), Ok(dir)) = (
-            std::env::var("SHARDFS_CRASH_ENDPOINT"),
-            std::env::var("SHARDFS_CRASH_CACHE"),
-        ) else {
-            return;
-        };
-        let dataset = Arc::new(Dataset::load("s3://bkt/basic", &options(&endpoint)).unwrap());
-        let cache = ShardCache::open(dataset, opts(Path::new(&dir))).unwrap();
+    /// The child's half: fills the cache shard by shard, printing each completed shard, until
+    /// the parent kills it.
+    fn child_fills_the_cache(endpoint: &str, dir: &str) {
+        let dataset = Arc::new(Dataset::load("s3://bkt/basic", &options(endpoint)).unwrap());
+        let cache = ShardCache::open(dataset, opts(Path::new(dir))).unwrap();
         for s in 0..cache.dataset().index().shards().len() {
             cache.get(s).unwrap();
             println!("filled {s}");
@@ -701,6 +695,14 @@ mod crash {
 
     #[test]
     fn a_killed_fill_is_refetched_and_complete_shards_are_kept() {
+        // Re-run by itself as the child process (see the module note).
+        if let (Ok(endpoint), Ok(dir)) = (
+            std::env::var("SHARDFS_CRASH_ENDPOINT"),
+            std::env::var("SHARDFS_CRASH_CACHE"),
+        ) {
+            child_fills_the_cache(&endpoint, &dir);
+            return;
+        }
         let server = FakeS3::start();
         let ds = fixtures().join("mds/basic");
         server.put_dir("bkt", "basic", &ds);
@@ -714,8 +716,7 @@ mod crash {
         let mut child = Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "cache::crash::child_fills_the_cache",
-                "--ignored",
+                "cache::crash::a_killed_fill_is_refetched_and_complete_shards_are_kept",
                 "--nocapture",
                 "--test-threads=1",
             ])

@@ -3,18 +3,45 @@
 
 use std::path::PathBuf;
 
-/// The shared fixtures folder (`../shared/fixtures` beside the repository), or `SHARDFS_FIXTURES`.
+/// The MDS fixtures written by mosaicml-streaming 0.13 (`tests/fixtures/` of the repository),
+/// or `SHARDFS_FIXTURES`.
 pub fn fixtures() -> PathBuf {
     if let Ok(p) = std::env::var("SHARDFS_FIXTURES") {
         return PathBuf::from(p);
     }
-    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../shared/fixtures");
+    let p = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
     assert!(
-        p.is_dir(),
-        "fixtures not found at {} (set SHARDFS_FIXTURES)",
+        p.join("MANIFEST.json").is_file(),
+        "fixtures not found at {} (they are part of the repository; set SHARDFS_FIXTURES to use others)",
         p.display()
     );
     p
+}
+
+/// A Python interpreter with numpy and boto3: `SHARDFS_PYTHON`, else `python3` when it has
+/// both. Panics (the test fails, it does not skip) when there is none: `tests/run.sh`
+/// prepares one.
+pub fn python_with_numpy() -> String {
+    static PY: std::sync::OnceLock<Result<String, String>> = std::sync::OnceLock::new();
+    PY.get_or_init(|| {
+        let py = std::env::var("SHARDFS_PYTHON").unwrap_or_else(|_| "python3".into());
+        let ok = std::process::Command::new(&py)
+            .args(["-c", "import numpy, boto3"])
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+        if ok {
+            Ok(py)
+        } else {
+            Err(format!(
+                "no Python with numpy and boto3 ({py}): run the tests with `bash tests/run.sh`, \
+                 which prepares one, or set SHARDFS_PYTHON"
+            ))
+        }
+    })
+    .clone()
+    .unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Path of the `shardfs` binary built for these tests, or `SHARDFS_BIN` (useful when a

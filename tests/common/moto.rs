@@ -2,8 +2,9 @@
 //!
 //! moto is an S3 implementation nobody here wrote; it does not verify SigV4 (see the
 //! in-process s3s server for that). `SHARDFS_MOTO_SERVER` names its executable and
-//! `SHARDFS_PYTHON` a python with boto3 (CI sets both); locally `moto_server`/`python3` on
-//! PATH are tried. When CI=true and moto is missing, tests fail; elsewhere they skip loudly.
+//! `SHARDFS_PYTHON` a python with boto3 (`tests/run.sh` installs both into a venv and sets
+//! them); otherwise `moto_server`/`python3` on PATH are tried. A test that needs moto fails
+//! when it is missing: it never skips.
 
 use std::io::Write;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -33,7 +34,7 @@ fn moto_binary() -> Option<String> {
 
 /// The python to run boto3 with.
 pub fn python() -> String {
-    std::env::var("SHARDFS_PYTHON").unwrap_or_else(|_| "python3".to_string())
+    super::python_with_numpy()
 }
 
 /// A free loopback port (bound, then released).
@@ -44,20 +45,19 @@ pub fn free_port() -> u16 {
         .expect("no free port")
 }
 
-/// The shared moto server, started on first use. `None` (with a message) when moto is not
-/// installed and CI is not set; panics when CI=true and it is missing.
-pub fn moto() -> Option<&'static Moto> {
-    static MOTO: OnceLock<Option<Moto>> = OnceLock::new();
-    MOTO.get_or_init(start).as_ref()
+/// The shared moto server, started on first use. Panics (failing the test) when moto is not
+/// installed.
+pub fn moto() -> &'static Moto {
+    static MOTO: OnceLock<Moto> = OnceLock::new();
+    MOTO.get_or_init(start)
 }
 
-fn start() -> Option<Moto> {
+fn start() -> Moto {
     let Some(bin) = moto_binary() else {
-        if std::env::var("CI").as_deref() == Ok("true") {
-            panic!("CI=true but no moto server: set SHARDFS_MOTO_SERVER to the moto_server executable (pip install 'moto[server]')");
-        }
-        eprintln!("SKIPPING moto tests: no moto_server (set SHARDFS_MOTO_SERVER)");
-        return None;
+        panic!(
+            "no moto server: run the tests with `bash tests/run.sh` (it installs moto into a venv), \
+             or set SHARDFS_MOTO_SERVER to a moto_server executable"
+        );
     };
     let port = free_port();
     // Start it from a thread that lives as long as the process, so PR_SET_PDEATHSIG (which
@@ -94,9 +94,9 @@ fn start() -> Option<Moto> {
         );
         std::thread::sleep(Duration::from_millis(100));
     }
-    Some(Moto {
+    Moto {
         endpoint: format!("http://127.0.0.1:{port}"),
-    })
+    }
 }
 
 impl Moto {

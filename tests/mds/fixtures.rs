@@ -139,17 +139,10 @@ fn extensions_follow_the_design_table() {
     }
 }
 
-/// Optional extra: numpy itself loads our `.npy` files and sees the fixture values.
+/// numpy itself loads our `.npy` files and sees the fixture values.
 #[test]
 fn numpy_loads_rendered_npy() {
-    let Some(python) = std::env::var_os("SHARDFS_PYTHON") else {
-        assert!(
-            std::env::var("CI").ok().as_deref() != Some("true"),
-            "SHARDFS_PYTHON must be set in CI"
-        );
-        eprintln!("SHARDFS_PYTHON not set: skipping the numpy cross-check");
-        return;
-    };
+    let python = crate::common::python_with_numpy();
     let dir = fixtures().join("mds/encodings");
     let index = Index::parse(&std::fs::read(dir.join("index.json")).unwrap()).unwrap();
     let entry = &index.shards()[0];

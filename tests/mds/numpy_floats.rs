@@ -1,4 +1,4 @@
-//! Optional extra (needs SHARDFS_PYTHON with numpy): float text against numpy's own Dragon4
+//! Needs a Python with numpy (`tests/run.sh` prepares one; `SHARDFS_PYTHON` names it): float text against numpy's own Dragon4
 //! for every float16 and for random float32/float64 bit patterns. numpy's `str()` changed its
 //! notation thresholds after 2.1, so this compares with the version-stable
 //! `format_float_positional`/`format_float_scientific(unique=True)` in the notation numpy 2.1
@@ -20,14 +20,7 @@ impl Lcg {
 
 #[test]
 fn float_text_matches_numpy_dragon4() {
-    let Some(python) = std::env::var_os("SHARDFS_PYTHON") else {
-        assert!(
-            std::env::var("CI").ok().as_deref() != Some("true"),
-            "SHARDFS_PYTHON must be set in CI"
-        );
-        eprintln!("SHARDFS_PYTHON not set: skipping the numpy float cross-check");
-        return;
-    };
+    let python = crate::common::python_with_numpy();
     let mut lines = String::new();
     let text = |enc: &str, raw: &[u8]| {
         let e: Encoding = enc.parse().unwrap();

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# Runs every test of shardfs on a fresh machine, with nothing beside the clone.
+#
+# It installs what the tests need and is missing, then runs `cargo test --locked`:
+#   - the fuse3 package (fusermount3, /etc/fuse.conf) through apt-get, as root or with sudo;
+#   - a Python venv with the moto S3 server, boto3 and numpy, cached in
+#     ${SHARDFS_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/shardfs-test-venv} and rebuilt when
+#     the list below changes.
+# Every test then runs: a test whose tool is missing fails and says why, it never skips.
+# Extra arguments go to `cargo test` (e.g. `bash tests/run.sh mount::` runs the mount tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+say() { printf '== %s\n' "$*" >&2; }
+
+# --- system packages ------------------------------------------------------------------------
+need_pkgs=()
+command -v fusermount3 >/dev/null 2>&1 || need_pkgs+=(fuse3)
+command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+if [ ! -e /dev/fuse ]; then
+  echo "tests/run.sh: /dev/fuse is missing: the mount tests need FUSE (modprobe fuse, or run the container with --device /dev/fuse)" >&2
+  exit 1
+fi
+if [ "${#need_pkgs[@]}" -gt 0 ]; then
+  say "installing ${need_pkgs[*]} (apt-get)"
+  sudo=()
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null 2>&1 || { echo "tests/run.sh: need root or sudo to install ${need_pkgs[*]}" >&2; exit 1; }
+    sudo=(sudo)
+  fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo[@]}" apt-get update -qq
+  "${sudo[@]}" apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+
+# --- Python tools -----------------------------------------------------------------------------
+# moto: an S3 server nobody here wrote; boto3 uploads fixtures to it; numpy cross-checks .npy
+# files and float text.
+py_reqs=("moto[server]>=5,<6" "boto3" "numpy")
+venv="${SHARDFS_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/shardfs-test-venv}"
+stamp="$venv/.shardfs-requirements"
+want="${py_reqs[*]}"
+if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
+  say "preparing the test venv in $venv (${want})"
+  rm -rf "$venv"
+  python3 -m venv "$venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check "${py_reqs[@]}"
+  printf '%s' "$want" >"$stamp"
+fi
+export SHARDFS_MOTO_SERVER="$venv/bin/moto_server"
+export SHARDFS_PYTHON="$venv/bin/python"
+
+# --- the tests ----------------------------------------------------------------------------------
+say "cargo test --locked $*"
+exec cargo test --locked "$@"
