@@ -16,11 +16,19 @@ pub mod store_args;
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
+/// What `shardfs --version` prints: the crate version and the git commit it was built from.
+pub const VERSION: &str = concat!(
+    env!("CARGO_PKG_VERSION"),
+    " (commit ",
+    env!("SHARDFS_GIT_COMMIT"),
+    ")"
+);
+
 /// Top-level command line of `shardfs`.
 #[derive(Debug, Parser)]
 #[command(
     name = "shardfs",
-    version,
+    version = VERSION,
     about = "Serve MDS datasets from object storage as pre-shuffled per-rank sample files"
 )]
 pub struct Cli {
