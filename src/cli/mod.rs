@@ -4,7 +4,9 @@
 //! this file only wires them together and turns errors into one clear line and an exit code.
 
 mod cat;
+mod daemon_record;
 mod dataset;
+mod generate;
 mod inspect;
 mod mount;
 mod mount_options;
@@ -49,8 +51,14 @@ enum Command {
     Order(order::OrderArgs),
     /// Mount a dataset as a read-only tree of per-rank sample files.
     Mount(mount::MountArgs),
-    /// Unmount a shardfs mount.
+    /// Unmount a shardfs mount, wait for its daemon to exit and report how it ended.
     Unmount(mount::UnmountArgs),
+    /// Write the man pages into DIR (for packagers).
+    #[command(hide = true)]
+    GenerateMan(generate::GenerateArgs),
+    /// Write bash, zsh and fish completions into DIR (for packagers).
+    #[command(hide = true)]
+    GenerateCompletions(generate::GenerateArgs),
 }
 
 /// Entry point of the `shardfs` binary: parse, run, and map errors to one line and exit code 1.
@@ -63,6 +71,8 @@ pub fn main() -> ExitCode {
         Command::Order(a) => order::run(a),
         Command::Mount(a) => mount::run(a),
         Command::Unmount(a) => mount::run_unmount(a),
+        Command::GenerateMan(a) => generate::man(a),
+        Command::GenerateCompletions(a) => generate::completions(a),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

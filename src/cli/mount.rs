@@ -14,6 +14,7 @@ use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
 
+use super::daemon_record::{DaemonExit, DaemonRecord};
 use super::mount_setup::{self, MountConfig};
 
 /// Environment variable that carries the readiness pipe to the background child.
@@ -38,6 +39,9 @@ pub struct MountArgs {
 pub struct UnmountArgs {
     /// The mountpoint to unmount.
     pub mountpoint: PathBuf,
+    /// Seconds to wait for the daemon to exit after the unmount (0: do not wait).
+    #[arg(long, value_name = "SECONDS", default_value_t = 60)]
+    pub timeout: u64,
 }
 
 /// Runs `shardfs mount`.
@@ -155,10 +159,14 @@ fn run_foreground(config: &MountConfig, mut ready: Option<OwnedFd>) -> Result<()
         })
         .context("cannot start the signal thread")?;
     tracing::info!(mountpoint = %config.mountpoint().display(), "mounted");
+    let record = DaemonRecord::for_mountpoint(config.mountpoint());
+    if let Err(e) = record.register() {
+        tracing::warn!(error = %e, "cannot record the daemon's pid: `shardfs unmount` will not wait for it");
+    }
     tell(&mut ready, "ok\n");
-    mounted
-        .serve()
-        .context("FUSE session ended with an error")?;
+    let outcome = mounted.serve().context("FUSE session ended with an error");
+    record.finish(&outcome);
+    outcome?;
     tracing::info!("unmounted, exiting");
     Ok(())
 }
@@ -176,12 +184,38 @@ fn block_signals() -> libc::sigset_t {
     }
 }
 
-/// Runs `shardfs unmount`.
+/// Runs `shardfs unmount`: unmounts, then waits for the daemon to exit and reports how it ended.
 pub fn run_unmount(args: UnmountArgs) -> Result<()> {
     let p = &args.mountpoint;
     if !is_mountpoint(p) {
         bail!("{} is not a mounted filesystem", p.display());
     }
+    let record = DaemonRecord::for_mountpoint(p);
+    let daemon = record.recorded_pid();
+    detach(p)?;
+    let Some(pid) = daemon.filter(|_| args.timeout > 0) else {
+        return Ok(());
+    };
+    match record.wait_for_exit(pid, std::time::Duration::from_secs(args.timeout)) {
+        DaemonExit::Clean => Ok(()),
+        DaemonExit::Failed(msg) => bail!(
+            "{} is unmounted, but its daemon (pid {pid}) exited with an error: {msg}",
+            p.display()
+        ),
+        DaemonExit::Vanished => bail!(
+            "{} is unmounted, but its daemon (pid {pid}) ended without reporting (killed?)",
+            p.display()
+        ),
+        DaemonExit::StillRunning(pid) => bail!(
+            "{} is unmounted, but its daemon (pid {pid}) is still running after {} s",
+            p.display(),
+            args.timeout
+        ),
+    }
+}
+
+/// Detaches the filesystem at `p`: umount2 as root, fusermount3 otherwise.
+fn detach(p: &Path) -> Result<()> {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } == 0 {
         use std::os::unix::ffi::OsStrExt;

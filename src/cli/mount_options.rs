@@ -1,5 +1,9 @@
 //! `-o key=value,...` for `mount -t shardfs` and `/etc/fstab`: each key becomes the long
 //! flag of the same name before clap parses, so both spellings mean exactly the same.
+//!
+//! Commas separate options, so a value that contains one (a `stream=` spec, a list) writes it
+//! as `%2C`, and a literal `%` as `%25`; other `%` sequences are kept as they are. fstab itself
+//! already turns `\040` into a space.
 
 use std::ffi::OsString;
 
@@ -47,16 +51,39 @@ fn split(list: &str) -> Vec<String> {
             Some((k, v)) => (k, Some(v)),
             None => (item, None),
         };
-        if IGNORED.contains(&key) || key.starts_with("x-") {
+        if IGNORED.contains(&key) || key.starts_with("x-") || key == "comment" {
             continue;
         }
         let key = key.replace('_', "-");
         flags.push(match value {
-            Some(v) => format!("--{key}={v}"),
+            Some(v) => format!("--{key}={}", unescape(v)),
             None => format!("--{key}"),
         });
     }
     flags
+}
+
+/// Decodes the two escapes an option value may carry: `%2C` (`,`) and `%25` (`%`).
+fn unescape(value: &str) -> String {
+    let mut out = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(at) = rest.find('%') {
+        out.push_str(&rest[..at]);
+        let tail = &rest[at..];
+        let code = tail.get(1..3).map(str::to_ascii_uppercase);
+        match code.as_deref() {
+            Some("2C") => out.push(','),
+            Some("25") => out.push('%'),
+            _ => {
+                out.push('%');
+                rest = &tail[1..];
+                continue;
+            }
+        }
+        rest = &tail[3..];
+    }
+    out.push_str(rest);
+    out
 }
 
 #[cfg(test)]
@@ -91,6 +118,24 @@ mod tests {
         );
         let got = expand(strs(&["shardfs", "mount", "-oshuffle", "SRC", "MNT"]));
         assert_eq!(got, strs(&["shardfs", "mount", "--shuffle", "SRC", "MNT"]));
+        let got = expand(strs(&[
+            "shardfs",
+            "mount",
+            "MNT",
+            "-o",
+            "stream=s3://b/a%2Cproportion=0.5,stream=/d/x%25y%2c,comment=x-gvfs,x=%zz%",
+        ]));
+        assert_eq!(
+            got,
+            strs(&[
+                "shardfs",
+                "mount",
+                "MNT",
+                "--stream=s3://b/a,proportion=0.5",
+                "--stream=/d/x%y,",
+                "--x=%zz%"
+            ])
+        );
         let other = strs(&["shardfs", "order", "-o", "x"]);
         assert_eq!(expand(other.clone()), other);
     }

@@ -362,6 +362,55 @@ fn unmount_command_and_sigterm_end_the_daemon() {
     );
 }
 
+#[test]
+fn unmount_waits_for_the_daemon_and_reports_how_it_ended() {
+    let dir = fixtures().join("mds/basic");
+    // A clean end: when `shardfs unmount` returns, the daemon has already exited.
+    let m = Mount::new(dir.to_str().unwrap(), &[]);
+    let pid = m.status()["pid"].as_u64().unwrap();
+    let out = Command::new(bin())
+        .arg("unmount")
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Exited means gone or a zombie waiting for whoever adopted it to reap it.
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    let state = stat.rsplit(") ").next().and_then(|r| r.chars().next());
+    assert!(
+        matches!(state, None | Some('Z') | Some('X')),
+        "shardfs unmount returned while the daemon (pid {pid}) still ran: {stat}"
+    );
+    // A daemon killed with SIGKILL: the unmount still detaches the dead mount, and says so.
+    let m = Mount::new(dir.to_str().unwrap(), &[]);
+    let pid = m.status()["pid"].as_u64().unwrap();
+    // SAFETY: sending SIGKILL to the daemon this test started.
+    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+    for _ in 0..300 {
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let out = Command::new(bin())
+        .arg("unmount")
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success(),
+        "unmount of a killed daemon succeeded"
+    );
+    assert!(err.contains("ended without reporting"), "{err}");
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    assert!(!mounts.contains(m.mnt.to_str().unwrap()), "still mounted");
+}
+
 /// Every rank-folder and samples/ file of `exp` read through `m` equals the reference bytes.
 fn check_all_bytes(m: &Mount, exp: &Expected, ranks: &[u64]) {
     for g in 0..exp.samples.len() as u64 {

@@ -1,0 +1,130 @@
+#!/usr/bin/env bash
+# Proves that each artifact of packaging/build.sh installs on this machine and mounts the bundled
+# dataset (examples/tiny):
+#   deb    apt-get install ./shardfs_*.deb; an fstab line (temporary file) mounted with
+#          `mount -T FSTAB MOUNTPOINT` and `mount -a -T FSTAB`; read a sample; `umount` and
+#          `shardfs unmount`; `dpkg -r` then `dpkg -P` leave none of the package's files behind.
+#   wheel  pip install into a fresh venv; `shardfs` from that venv's PATH inspects and mounts.
+#   image  podman loads the OCI archive and runs it with /dev/fuse: the container mounts the
+#          dataset, and the mount is read from inside the container.
+# Needs root (dpkg, mount, podman). Prints each step's seconds. Usage: bash packaging/test.sh
+# (SHARDFS_PACKAGING_REUSE=1 skips the build when packaging/out already holds the artifacts).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+repo=$PWD
+out=$repo/packaging/out
+t0=$(date +%s)
+step_t=$t0
+say() { local now; now=$(date +%s); printf '== [%s s, step %s s] %s\n' "$((now - t0))" "$((now - step_t))" "$*" >&2; step_t=$now; }
+fail() { echo "packaging/test.sh: FAILED: $*" >&2; exit 1; }
+[ "$(id -u)" -eq 0 ] || fail "needs root (dpkg -i, mount, podman)"
+export DEBIAN_FRONTEND=noninteractive
+
+if [ "${SHARDFS_PACKAGING_REUSE:-0}" = 1 ] && ls "$out"/*.deb "$out"/*.whl "$out"/shardfs-image.tar >/dev/null 2>&1; then
+  say "reusing packaging/out"
+else
+  bash packaging/build.sh
+  say "built every artifact"
+fi
+version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
+
+scratch=$(mktemp -d /tmp/shardfs-pkgtest.XXXXXX)
+cleanup() {
+  for m in "$scratch"/mnt*; do mountpoint -q "$m" 2>/dev/null && umount -l "$m"; done
+  podman --cgroup-manager=cgroupfs rm -f -t 0 shardfs-pkgtest >/dev/null 2>&1 || true
+  rm -rf "$scratch"
+}
+trap cleanup EXIT
+expected=$scratch/expected.txt
+# What sample 0's text column holds, straight from the dataset (no mount involved).
+"$out/shardfs" cat examples/tiny 0 --column text >"$expected"
+[ -s "$expected" ] || fail "shardfs cat gave nothing"
+
+# --- deb ----------------------------------------------------------------------------------------------
+deb=$(ls "$out"/shardfs_"$version"_amd64.deb)
+dpkg -s shardfs >/dev/null 2>&1 && { dpkg -P shardfs >/dev/null; }
+apt-get install -y -qq "$deb" >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq "$deb" >/dev/null; }
+files=$(dpkg -L shardfs | sort)
+for f in /usr/bin/shardfs /sbin/mount.shardfs /usr/share/man/man1/shardfs-mount.1.gz \
+         /usr/share/bash-completion/completions/shardfs /lib/systemd/system/shardfs@.service; do
+  grep -qx "$f" <<<"$files" || fail "the package lacks $f"
+done
+/usr/bin/shardfs --version | grep -q "^shardfs $version (commit " || fail "shardfs --version: $(/usr/bin/shardfs --version)"
+man -w shardfs-mount >/dev/null 2>&1 || [ -e /usr/share/man/man1/shardfs-mount.1.gz ]
+say "deb installed ($(stat -c %s "$deb") bytes): $(/usr/bin/shardfs --version)"
+
+mnt=$scratch/mnt-deb
+mkdir -p "$mnt"
+fstab=$scratch/fstab
+printf '%s %s shardfs cache_dir=%s,shuffle,epochs=2,_netdev,nofail,x-systemd.automount,x-systemd.mount-timeout=30 0 0\n' \
+  "$repo/examples/tiny" "$mnt" "$scratch/cache-deb" >"$fstab"
+mount -T "$fstab" "$mnt"
+mountpoint -q "$mnt" || fail "mount -T did not mount $mnt"
+grep -q " $mnt fuse.shardfs " /proc/mounts || grep -q " $mnt fuse " /proc/mounts || fail "not a shardfs mount: $(grep " $mnt " /proc/mounts)"
+cmp "$mnt/samples/00000000.text.txt" "$expected" || fail "sample 0 through the fstab mount differs"
+[ "$(ls "$mnt/rank-0/epoch-1" | wc -l)" -gt 0 ] || fail "epoch-1 is empty"
+umount "$mnt"
+mountpoint -q "$mnt" && fail "umount left $mnt mounted"
+mount -a -T "$fstab"
+mountpoint -q "$mnt" || fail "mount -a -T did not mount $mnt"
+cmp "$mnt/samples/00000000.text.txt" "$expected" || fail "sample 0 after mount -a differs"
+/usr/bin/shardfs unmount "$mnt" || fail "shardfs unmount reported a failure"
+mountpoint -q "$mnt" && fail "shardfs unmount left $mnt mounted"
+pgrep -f "shardfs mount .*$mnt" >/dev/null && fail "a daemon for $mnt is still running"
+say "fstab: mount -T, umount, mount -a -T, shardfs unmount"
+
+dpkg -r shardfs >/dev/null
+left=$(while read -r f; do [ -f "$f" ] && echo "$f"; done <<<"$files" || true)
+[ -z "$left" ] || fail "dpkg -r left files behind: $left"
+dpkg -s shardfs >/dev/null 2>&1 && dpkg -P shardfs >/dev/null
+dpkg -s shardfs >/dev/null 2>&1 && fail "dpkg -P did not purge shardfs"
+say "dpkg -r and dpkg -P left nothing behind"
+
+# --- wheel ----------------------------------------------------------------------------------------------
+whl=$(ls "$out"/shardfs-"$version"-*.whl)
+python3 -m venv "$scratch/venv"
+"$scratch/venv/bin/pip" install -q --disable-pip-version-check --no-index "$whl"
+PATH="$scratch/venv/bin:$PATH" command -v shardfs | grep -qx "$scratch/venv/bin/shardfs" || fail "the wheel put no shardfs on the venv's PATH"
+PATH="$scratch/venv/bin:$PATH" shardfs inspect examples/tiny | grep -q "^samples *48$" || fail "shardfs inspect from the wheel"
+mnt=$scratch/mnt-wheel
+mkdir -p "$mnt"
+PATH="$scratch/venv/bin:$PATH" shardfs mount examples/tiny "$mnt" --cache-dir "$scratch/cache-wheel"
+cmp "$mnt/samples/00000000.text.txt" "$expected" || fail "sample 0 through the wheel's mount differs"
+PATH="$scratch/venv/bin:$PATH" shardfs unmount "$mnt"
+say "wheel $(basename "$whl") ($(stat -c %s "$whl") bytes) installs into a fresh venv, inspects and mounts"
+
+# --- container image -------------------------------------------------------------------------------------
+missing=()
+for p in podman runc; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  apt-get update -qq && apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+conf=/etc/containers/containers.conf
+if ! grep -q '^default_ulimits *= *\[\]' "$conf" 2>/dev/null; then
+  mkdir -p /etc/containers
+  printf '[containers]\ndefault_ulimits = []\n' >>"$conf"
+fi
+podman=(podman --cgroup-manager=cgroupfs)
+"${podman[@]}" load -q -i "$out/shardfs-image.tar" >/dev/null
+"${podman[@]}" image exists "localhost/shardfs:$version" || "${podman[@]}" image exists "shardfs:$version" || fail "podman load did not give shardfs:$version"
+say "image loaded ($(stat -c %s "$out/shardfs-image.tar") bytes)"
+"${podman[@]}" run -d --name shardfs-pkgtest --runtime runc --network none \
+  --device /dev/fuse --cap-add SYS_ADMIN --security-opt apparmor=unconfined \
+  -v "$repo/examples/tiny:/data:ro" --tmpfs /cache \
+  "shardfs:$version" mount /data /mnt --foreground --cache-dir /cache --shuffle >/dev/null
+# Inside the container: wait for the mount, then read index.json through it.
+ok=0
+for _ in $(seq 1 100); do
+  if "${podman[@]}" exec shardfs-pkgtest /usr/bin/shardfs inspect /mnt 2>/dev/null | grep -q "^samples *48$"; then ok=1; break; fi
+  sleep 0.1
+done
+[ $ok = 1 ] || { "${podman[@]}" logs shardfs-pkgtest >&2 || true; fail "the container's mount did not answer"; }
+# A sample file, read inside the container's mount namespace (its root through /proc).
+pid=$("${podman[@]}" inspect -f '{{.State.Pid}}' shardfs-pkgtest)
+cmp "/proc/$pid/root/mnt/samples/00000000.text.txt" "$expected" || fail "sample 0 through the container's mount differs"
+[ "$(ls "/proc/$pid/root/mnt/rank-0/epoch-0" | wc -l)" -gt 0 ] || fail "the container's rank-0/epoch-0 is empty"
+"${podman[@]}" stop -t 10 shardfs-pkgtest >/dev/null
+code=$("${podman[@]}" inspect -f '{{.State.ExitCode}}' shardfs-pkgtest)
+[ "$code" = 0 ] || { "${podman[@]}" logs shardfs-pkgtest >&2 || true; fail "the container exited with $code after SIGTERM"; }
+say "image: the container mounted examples/tiny, read through it, unmounted on SIGTERM (exit 0)"
+say "packaging/test.sh: all artifacts install and mount"
