@@ -8,6 +8,24 @@ use std::process::Command;
 
 fn main() {
     git_commit();
+    csi_protocol();
+}
+
+/// Compiles `proto/csi.proto` (the CSI Identity and Node services) into Rust with protox, a
+/// protobuf compiler written in Rust, so no system `protoc` is needed.
+fn csi_protocol() {
+    println!("cargo:rerun-if-changed=proto/csi.proto");
+    let fds = match protox::compile(["proto/csi.proto"], ["proto"]) {
+        Ok(fds) => fds,
+        Err(e) => panic!("proto/csi.proto: {e}"),
+    };
+    if let Err(e) = tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_fds(fds)
+    {
+        panic!("cannot generate the CSI gRPC code: {e}");
+    }
 }
 
 /// Sets `SHARDFS_GIT_COMMIT` to the short commit hash of HEAD, or `unknown` outside a git checkout (a source tarball, a packaging sandbox).

@@ -7,6 +7,7 @@
 
 pub mod cache;
 pub mod cli;
+pub mod csi;
 pub mod fuse;
 pub mod mds;
 pub mod order;

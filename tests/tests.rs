@@ -2,6 +2,7 @@
 
 mod cache;
 mod common;
+mod csi;
 mod mds;
 mod mount;
 mod order;

@@ -4,6 +4,7 @@
 //! this file only wires them together and turns errors into one clear line and an exit code.
 
 mod cat;
+mod csi;
 mod daemon_record;
 mod dataset;
 mod generate;
@@ -53,6 +54,8 @@ enum Command {
     Mount(mount::MountArgs),
     /// Unmount a shardfs mount, wait for its daemon to exit and report how it ended.
     Unmount(mount::UnmountArgs),
+    /// Run the Kubernetes CSI node plugin (gRPC on a unix socket).
+    Csi(csi::CsiArgs),
     /// Write the man pages into DIR (for packagers).
     #[command(hide = true)]
     GenerateMan(generate::GenerateArgs),
@@ -71,6 +74,7 @@ pub fn main() -> ExitCode {
         Command::Order(a) => order::run(a),
         Command::Mount(a) => mount::run(a),
         Command::Unmount(a) => mount::run_unmount(a),
+        Command::Csi(a) => csi::run(a),
         Command::GenerateMan(a) => generate::man(a),
         Command::GenerateCompletions(a) => generate::completions(a),
     };

@@ -1,0 +1,160 @@
+//! `csi`: the Kubernetes CSI node plugin (gRPC on a unix socket, no Controller service).
+//!
+//! A volume is a dataset: its attributes are `source` plus any `shardfs mount` option
+//! ([`attributes`]). A PersistentVolume is staged once per node — one `shardfs mount` daemon,
+//! one cache, each shard fetched once per node — and bind-mounted read-only into each pod; an
+//! inline (ephemeral) volume is mounted straight at the pod's path. Mounts are made by running
+//! this same binary's `shardfs mount` ([`mounter`]), whose daemons live in their own sessions
+//! and outlive the plugin; [`state`] records let a restarted plugin re-adopt and unpublish them.
+
+pub mod attributes;
+pub mod identity;
+pub mod mounter;
+pub mod node;
+pub mod state;
+
+/// The generated CSI v1 protocol types, clients and servers (from `proto/csi.proto`).
+#[allow(missing_docs, clippy::all)]
+pub mod proto {
+    tonic::include_proto!("csi.v1");
+}
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Why the plugin could not start or stopped.
+#[derive(Debug, thiserror::Error)]
+pub enum CsiError {
+    /// The endpoint is not `unix:///path`.
+    #[error("endpoint {0:?} is not a unix socket URL (unix:///path/csi.sock)")]
+    Endpoint(String),
+    /// A folder or the socket could not be set up.
+    #[error("{what}: {source}")]
+    Io {
+        /// What was being done.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+    /// The gRPC server failed.
+    #[error("gRPC server: {0}")]
+    Server(#[from] tonic::transport::Error),
+}
+
+/// Settings of one plugin process.
+#[derive(Debug, Clone)]
+pub struct CsiConfig {
+    /// `unix:///path/csi.sock`.
+    pub endpoint: String,
+    /// This node's id.
+    pub node_id: String,
+    /// The driver name.
+    pub driver_name: String,
+    /// Per-volume caches go under this folder.
+    pub cache_root: PathBuf,
+    /// Mount records go here (keep it on the host, so it survives the plugin's container).
+    pub state_dir: PathBuf,
+    /// Longest a mount may take.
+    pub mount_timeout: Duration,
+    /// The `shardfs` executable that mounts (normally this one).
+    pub exe: PathBuf,
+    /// The long options of `shardfs mount`, to validate volume attributes.
+    pub known_flags: Vec<String>,
+}
+
+/// The socket path of a `unix://` endpoint (`unix:///a/b` and `unix:/a/b`).
+pub fn socket_path(endpoint: &str) -> Result<PathBuf, CsiError> {
+    let path = endpoint
+        .strip_prefix("unix://")
+        .or_else(|| endpoint.strip_prefix("unix:"))
+        .filter(|p| p.starts_with('/'))
+        .ok_or_else(|| CsiError::Endpoint(endpoint.to_string()))?;
+    Ok(PathBuf::from(path))
+}
+
+/// Serves the Identity and Node services on the configured socket until SIGINT/SIGTERM.
+pub async fn serve(config: CsiConfig) -> Result<(), CsiError> {
+    let io = |what: String| move |source| CsiError::Io { what, source };
+    let socket = socket_path(&config.endpoint)?;
+    if let Some(dir) = socket.parent() {
+        std::fs::create_dir_all(dir).map_err(io(format!("cannot create {}", dir.display())))?;
+    }
+    match std::fs::remove_file(&socket) {
+        Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+            return Err(io(format!(
+                "cannot remove the old socket {}",
+                socket.display()
+            ))(e))
+        }
+        _ => {}
+    }
+    std::fs::create_dir_all(&config.cache_root).map_err(io(format!(
+        "cannot create the cache root {}",
+        config.cache_root.display()
+    )))?;
+    let state = state::StateDir::open(&config.state_dir).map_err(io(format!(
+        "cannot create the state dir {}",
+        config.state_dir.display()
+    )))?;
+    readopt(&state);
+    let listener = tokio::net::UnixListener::bind(&socket)
+        .map_err(io(format!("cannot listen on {}", socket.display())))?;
+    let node = node::NodeService {
+        node_id: config.node_id.clone(),
+        cache_root: config.cache_root.clone(),
+        known_flags: Arc::new(config.known_flags.clone()),
+        mounter: mounter::Mounter {
+            exe: config.exe.clone(),
+            timeout: config.mount_timeout,
+        },
+        state,
+        locks: Default::default(),
+    };
+    let identity = identity::IdentityService {
+        driver_name: config.driver_name.clone(),
+    };
+    tracing::info!(socket = %socket.display(), node = %config.node_id, driver = %config.driver_name, "CSI node plugin serving");
+    tonic::transport::Server::builder()
+        .add_service(proto::identity_server::IdentityServer::new(identity))
+        .add_service(proto::node_server::NodeServer::new(node))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::UnixListenerStream::new(listener),
+            shutdown(),
+        )
+        .await?;
+    let _ = std::fs::remove_file(&socket);
+    Ok(())
+}
+
+/// Logs the volumes a previous plugin process left mounted: their daemons keep serving, and
+/// the records let this process answer repeated publishes and unpublish them.
+fn readopt(state: &state::StateDir) {
+    let records = state.all();
+    let live = records
+        .iter()
+        .filter(|r| mounter::is_mountpoint(&r.path) && mounter::answers(&r.path))
+        .count();
+    if !records.is_empty() {
+        tracing::info!(
+            volumes = records.len(),
+            serving = live,
+            "re-adopted the mounts of an earlier plugin process"
+        );
+    }
+}
+
+async fn shutdown() {
+    use tokio::signal::unix::{signal, SignalKind};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = int.recv() => {}
+    }
+    tracing::info!("stopping on signal; published volumes stay mounted");
+}

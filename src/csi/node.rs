@@ -1,0 +1,337 @@
+//! The CSI Node service: stage a dataset once per node (one `shardfs mount`, one cache), publish
+//! it into each pod with a read-only bind mount, or mount an inline (ephemeral) volume straight
+//! at the pod's target path.
+//!
+//! Follows the CSI spec's rules: required fields are checked first, in the order volume id,
+//! path, capability; repeating a call with the same arguments succeeds, a different request at
+//! a path already in use is AlreadyExists; unpublishing or unstaging what is not there succeeds.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use tokio::sync::Mutex;
+use tonic::{Request, Response, Status};
+
+use super::attributes::{self, MountRequest};
+use super::mounter::{self, MountError, Mounter};
+use super::proto::node_server::Node;
+use super::proto::node_service_capability::{rpc, Rpc};
+use super::proto::volume_capability::AccessType;
+use super::proto::*;
+use super::state::{MountKind, Record, StateDir};
+
+/// The Node service of one plugin process.
+#[derive(Debug, Clone)]
+pub struct NodeService {
+    /// This node's id (NodeGetInfo).
+    pub node_id: String,
+    /// Per-volume cache folders are made under this one.
+    pub cache_root: PathBuf,
+    /// The long options `shardfs mount` accepts (validates volume attributes).
+    pub known_flags: Arc<Vec<String>>,
+    /// Runs the mounts.
+    pub mounter: Mounter,
+    /// What is mounted where.
+    pub state: StateDir,
+    /// One lock per path, so concurrent calls for the same path run one after the other.
+    pub locks: Arc<std::sync::Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>>,
+}
+
+fn required<'a>(value: &'a str, what: &str) -> Result<&'a str, Status> {
+    if value.is_empty() {
+        return Err(Status::invalid_argument(format!("{what} is required")));
+    }
+    Ok(value)
+}
+
+fn absolute(p: &str, what: &str) -> Result<PathBuf, Status> {
+    let path = PathBuf::from(p);
+    if !path.is_absolute()
+        || path
+            .components()
+            .any(|c| c == std::path::Component::ParentDir)
+    {
+        return Err(Status::invalid_argument(format!(
+            "{what} must be an absolute path without `..`: {p:?}"
+        )));
+    }
+    Ok(path)
+}
+
+/// Checks the capability: present, a filesystem (not a block device), any access mode.
+fn mount_flags(cap: Option<&VolumeCapability>) -> Result<Vec<String>, Status> {
+    let cap = cap.ok_or_else(|| Status::invalid_argument("volume capability is required"))?;
+    match &cap.access_type {
+        Some(AccessType::Mount(m)) => {
+            if !m.fs_type.is_empty() && m.fs_type != "fuse.shardfs" && m.fs_type != "shardfs" {
+                tracing::info!(fs_type = %m.fs_type, "ignoring the requested fs_type: shardfs volumes are fuse.shardfs");
+            }
+            Ok(m.mount_flags.clone())
+        }
+        Some(AccessType::Block(_)) => Err(Status::invalid_argument(
+            "block volumes are not supported: shardfs volumes are read-only filesystems",
+        )),
+        None => Err(Status::invalid_argument(
+            "volume capability has no access type (mount is required)",
+        )),
+    }
+}
+
+fn mount_status(e: MountError) -> Status {
+    match e {
+        MountError::Timeout(_) => Status::deadline_exceeded(e.to_string()),
+        MountError::Failed(msg) => Status::internal(format!("shardfs mount failed: {msg}")),
+        MountError::Io { .. } => Status::internal(e.to_string()),
+    }
+}
+
+fn state_status(e: std::io::Error) -> Status {
+    Status::internal(format!("cannot record the mount in the state dir: {e}"))
+}
+
+impl NodeService {
+    async fn lock(&self, path: &Path) -> tokio::sync::OwnedMutexGuard<()> {
+        let m = {
+            let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
+            locks.entry(path.to_path_buf()).or_default().clone()
+        };
+        m.lock_owned().await
+    }
+
+    fn cache_dir(&self, volume_id: &str) -> PathBuf {
+        use sha2::{Digest, Sha256};
+        let key = hex::encode(&Sha256::digest(volume_id.as_bytes())[..12]);
+        self.cache_root.join(key)
+    }
+
+    fn request(
+        &self,
+        context: &HashMap<String, String>,
+        flags: &[String],
+        secrets: &HashMap<String, String>,
+    ) -> Result<MountRequest, Status> {
+        attributes::mount_request(context, flags, secrets, &self.known_flags)
+            .map_err(|e| Status::invalid_argument(e.to_string()))
+    }
+
+    /// Mounts `req` at `path` with a daemon unless the same request is mounted there already.
+    async fn ensure_daemon(
+        &self,
+        volume_id: &str,
+        path: &Path,
+        req: &MountRequest,
+    ) -> Result<(), Status> {
+        let digest = req.digest();
+        if let Some(rec) = self.state.get(path) {
+            if rec.volume_id != volume_id || rec.digest != digest {
+                return Err(Status::already_exists(format!(
+                    "{} already holds volume {} mounted with other arguments",
+                    path.display(),
+                    rec.volume_id
+                )));
+            }
+            if mounter::is_mountpoint(path) && mounter::answers(path) {
+                return Ok(());
+            }
+            // The daemon died (node reboot, OOM): clear what is left and mount again.
+            tracing::warn!(path = %path.display(), "recorded mount is gone; mounting again");
+            if mounter::is_mountpoint(path) {
+                mounter::detach(path, libc::MNT_DETACH).map_err(mount_status)?;
+            }
+        } else if mounter::is_mountpoint(path) {
+            return Err(Status::already_exists(format!(
+                "{} is already a mount point this plugin did not make",
+                path.display()
+            )));
+        }
+        std::fs::create_dir_all(path)
+            .map_err(|e| Status::internal(format!("cannot create {}: {e}", path.display())))?;
+        let cache = self.cache_dir(volume_id);
+        self.mounter
+            .mount(&req.source, path, &cache, &req.flags, &req.env)
+            .await
+            .map_err(mount_status)?;
+        tracing::info!(volume = volume_id, path = %path.display(), source = %req.source, "mounted");
+        self.state
+            .put(&Record {
+                volume_id: volume_id.to_string(),
+                path: path.to_path_buf(),
+                kind: MountKind::Daemon,
+                digest,
+            })
+            .map_err(state_status)
+    }
+
+    /// Removes whatever this plugin mounted at `path`, and its record.
+    async fn release(&self, path: &Path) -> Result<(), Status> {
+        let rec = self.state.get(path);
+        match rec.as_ref().map(|r| &r.kind) {
+            Some(MountKind::Daemon) => self
+                .mounter
+                .unmount_daemon(path)
+                .await
+                .map_err(mount_status)?,
+            Some(MountKind::Bind { .. }) | None if mounter::is_mountpoint(path) => {
+                mounter::detach(path, 0)
+                    .or_else(|_| mounter::detach(path, libc::MNT_DETACH))
+                    .map_err(mount_status)?
+            }
+            _ => {}
+        }
+        self.state.remove(path).map_err(state_status)
+    }
+}
+
+#[tonic::async_trait]
+impl Node for NodeService {
+    async fn node_stage_volume(
+        &self,
+        request: Request<NodeStageVolumeRequest>,
+    ) -> Result<Response<NodeStageVolumeResponse>, Status> {
+        let r = request.into_inner();
+        let volume_id = required(&r.volume_id, "volume id")?;
+        let staging = absolute(
+            required(&r.staging_target_path, "staging target path")?,
+            "staging target path",
+        )?;
+        let flags = mount_flags(r.volume_capability.as_ref())?;
+        let req = self.request(&r.volume_context, &flags, &r.secrets)?;
+        let _guard = self.lock(&staging).await;
+        self.ensure_daemon(volume_id, &staging, &req).await?;
+        Ok(Response::new(NodeStageVolumeResponse {}))
+    }
+
+    async fn node_unstage_volume(
+        &self,
+        request: Request<NodeUnstageVolumeRequest>,
+    ) -> Result<Response<NodeUnstageVolumeResponse>, Status> {
+        let r = request.into_inner();
+        required(&r.volume_id, "volume id")?;
+        let staging = absolute(
+            required(&r.staging_target_path, "staging target path")?,
+            "staging target path",
+        )?;
+        let _guard = self.lock(&staging).await;
+        self.release(&staging).await?;
+        Ok(Response::new(NodeUnstageVolumeResponse {}))
+    }
+
+    async fn node_publish_volume(
+        &self,
+        request: Request<NodePublishVolumeRequest>,
+    ) -> Result<Response<NodePublishVolumeResponse>, Status> {
+        let r = request.into_inner();
+        let volume_id = required(&r.volume_id, "volume id")?;
+        let target = absolute(required(&r.target_path, "target path")?, "target path")?;
+        let flags = mount_flags(r.volume_capability.as_ref())?;
+        // Every volume is read-only, whatever the access mode or `readonly` say.
+        let staged = (!r.staging_target_path.is_empty())
+            .then(|| absolute(&r.staging_target_path, "staging target path"))
+            .transpose()?
+            .filter(|s| {
+                self.state
+                    .get(s)
+                    .is_some_and(|rec| rec.volume_id == volume_id)
+            });
+        let _guard = self.lock(&target).await;
+        match staged {
+            Some(from) => {
+                // A staged volume: bind it into the pod.
+                let digest = format!("bind:{}", from.display());
+                if let Some(rec) = self.state.get(&target) {
+                    if rec.volume_id != volume_id || rec.digest != digest {
+                        return Err(Status::already_exists(format!(
+                            "{} already holds volume {} published from elsewhere",
+                            target.display(),
+                            rec.volume_id
+                        )));
+                    }
+                    if mounter::is_mountpoint(&target) {
+                        return Ok(Response::new(NodePublishVolumeResponse {}));
+                    }
+                }
+                std::fs::create_dir_all(&target).map_err(|e| {
+                    Status::internal(format!("cannot create {}: {e}", target.display()))
+                })?;
+                mounter::bind_read_only(&from, &target).map_err(mount_status)?;
+                self.state
+                    .put(&Record {
+                        volume_id: volume_id.to_string(),
+                        path: target.clone(),
+                        kind: MountKind::Bind { from },
+                        digest,
+                    })
+                    .map_err(state_status)?;
+            }
+            None => {
+                // An inline volume (or a plugin without staging): mount the dataset right here.
+                let req = self.request(&r.volume_context, &flags, &r.secrets)?;
+                self.ensure_daemon(volume_id, &target, &req).await?;
+            }
+        }
+        Ok(Response::new(NodePublishVolumeResponse {}))
+    }
+
+    async fn node_unpublish_volume(
+        &self,
+        request: Request<NodeUnpublishVolumeRequest>,
+    ) -> Result<Response<NodeUnpublishVolumeResponse>, Status> {
+        let r = request.into_inner();
+        required(&r.volume_id, "volume id")?;
+        let target = absolute(required(&r.target_path, "target path")?, "target path")?;
+        let _guard = self.lock(&target).await;
+        self.release(&target).await?;
+        // The plugin created the target path; it removes it (an empty folder only).
+        match std::fs::remove_dir(&target) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!(target = %target.display(), error = %e, "cannot remove the target path");
+            }
+            _ => {}
+        }
+        Ok(Response::new(NodeUnpublishVolumeResponse {}))
+    }
+
+    async fn node_get_volume_stats(
+        &self,
+        _request: Request<NodeGetVolumeStatsRequest>,
+    ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
+        Err(Status::unimplemented(
+            "volume stats are not reported (GET_VOLUME_STATS is not a capability)",
+        ))
+    }
+
+    async fn node_expand_volume(
+        &self,
+        _request: Request<NodeExpandVolumeRequest>,
+    ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
+        Err(Status::unimplemented(
+            "a dataset volume has no size to expand (EXPAND_VOLUME is not a capability)",
+        ))
+    }
+
+    async fn node_get_capabilities(
+        &self,
+        _request: Request<NodeGetCapabilitiesRequest>,
+    ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
+        let stage = NodeServiceCapability {
+            r#type: Some(node_service_capability::Type::Rpc(Rpc {
+                r#type: rpc::Type::StageUnstageVolume as i32,
+            })),
+        };
+        Ok(Response::new(NodeGetCapabilitiesResponse {
+            capabilities: vec![stage],
+        }))
+    }
+
+    async fn node_get_info(
+        &self,
+        _request: Request<NodeGetInfoRequest>,
+    ) -> Result<Response<NodeGetInfoResponse>, Status> {
+        Ok(Response::new(NodeGetInfoResponse {
+            node_id: self.node_id.clone(),
+            max_volumes_per_node: 0,
+            accessible_topology: None,
+        }))
+    }
+}
