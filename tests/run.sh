@@ -35,8 +35,8 @@ fi
 
 # --- Python tools -----------------------------------------------------------------------------
 # moto: an S3 server nobody here wrote; boto3 uploads fixtures to it; numpy cross-checks .npy
-# files and float text.
-py_reqs=("moto[server]>=5,<6" "boto3" "numpy")
+# files and float text; kubernetes-validate checks packaging/kubernetes against the API schemas.
+py_reqs=("moto[server]>=5,<6" "boto3" "numpy" "kubernetes-validate>=1.30")
 venv="${SHARDFS_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/shardfs-test-venv}"
 stamp="$venv/.shardfs-requirements"
 want="${py_reqs[*]}"

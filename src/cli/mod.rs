@@ -16,6 +16,8 @@ mod order;
 pub mod ordering;
 pub mod store_args;
 
+pub use csi::mount_flag_names;
+
 use clap::{Parser, Subcommand};
 use std::process::ExitCode;
 
