@@ -251,7 +251,22 @@ async fn csi_identity_capabilities_and_node_info() {
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(caps.capabilities.len(), 1);
+    use shardfs::csi::proto::node_service_capability::{rpc, Type};
+    let mut got: Vec<i32> = caps
+        .capabilities
+        .iter()
+        .filter_map(|c| c.r#type.as_ref().map(|Type::Rpc(r)| r.r#type))
+        .collect();
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            rpc::Type::StageUnstageVolume as i32,
+            rpc::Type::GetVolumeStats as i32,
+            rpc::Type::ExpandVolume as i32,
+            rpc::Type::VolumeCondition as i32,
+        ]
+    );
     let info = node
         .node_get_info(NodeGetInfoRequest {})
         .await
@@ -285,6 +300,27 @@ async fn csi_inline_volume_publishes_reads_and_unpublishes_idempotently() {
         .await
         .unwrap();
     assert_eq!(daemon_pid(&target), pid);
+    // Volume stats and condition of the published path; NotFound elsewhere.
+    let stats = node
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: "vol-1".into(),
+            volume_path: target.to_string_lossy().into(),
+            staging_target_path: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let condition = stats.volume_condition.unwrap();
+    assert!(!condition.abnormal, "{condition:?}");
+    let e = node
+        .node_get_volume_stats(NodeGetVolumeStatsRequest {
+            volume_id: "vol-1".into(),
+            volume_path: p.target("elsewhere").to_string_lossy().into(),
+            staging_target_path: String::new(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
     // Other arguments at the same path: AlreadyExists.
     let mut other = context.clone();
     other.insert("shuffle".into(), "false".into());

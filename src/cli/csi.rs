@@ -30,6 +30,10 @@ pub struct CsiArgs {
     /// Seconds a mount may take (opening the dataset, planning) before it fails.
     #[arg(long, value_name = "SECONDS", default_value_t = 300)]
     pub mount_timeout: u64,
+    /// TEST ONLY: report a Controller service that a separate stub serves, so csi-sanity runs
+    /// its whole Node suite (tests/csi_sanity/run.sh). shardfs itself has no Controller.
+    #[arg(long, hide = true)]
+    pub advertise_controller_service: bool,
 }
 
 /// The long options of `shardfs mount`: the names volume attributes may use.
@@ -56,6 +60,7 @@ pub fn run(args: CsiArgs) -> Result<()> {
         mount_timeout: Duration::from_secs(args.mount_timeout.max(1)),
         exe,
         known_flags: mount_flag_names(),
+        advertise_controller_service: args.advertise_controller_service,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

@@ -5,7 +5,7 @@ use tonic::{Request, Response, Status};
 use super::proto::identity_server::Identity;
 use super::proto::{
     GetPluginCapabilitiesRequest, GetPluginCapabilitiesResponse, GetPluginInfoRequest,
-    GetPluginInfoResponse, ProbeRequest, ProbeResponse,
+    GetPluginInfoResponse, PluginCapability, ProbeRequest, ProbeResponse,
 };
 
 /// Answers GetPluginInfo, GetPluginCapabilities (none: a node-only plugin) and Probe.
@@ -13,6 +13,8 @@ use super::proto::{
 pub struct IdentityService {
     /// The driver name (what `driver:` in a volume names).
     pub driver_name: String,
+    /// Test only: report CONTROLLER_SERVICE (served by a stub, for csi-sanity).
+    pub advertise_controller_service: bool,
 }
 
 #[tonic::async_trait]
@@ -35,8 +37,18 @@ impl Identity for IdentityService {
         _request: Request<GetPluginCapabilitiesRequest>,
     ) -> Result<Response<GetPluginCapabilitiesResponse>, Status> {
         // No CONTROLLER_SERVICE: volumes are datasets that already exist; nothing to provision.
+        let capabilities = if self.advertise_controller_service {
+            use super::proto::plugin_capability::{service, Service, Type};
+            vec![PluginCapability {
+                r#type: Some(Type::Service(Service {
+                    r#type: service::Type::ControllerService as i32,
+                })),
+            }]
+        } else {
+            Vec::new()
+        };
         Ok(Response::new(GetPluginCapabilitiesResponse {
-            capabilities: Vec::new(),
+            capabilities,
         }))
     }
 

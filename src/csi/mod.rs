@@ -61,6 +61,8 @@ pub struct CsiConfig {
     pub exe: PathBuf,
     /// The long options of `shardfs mount`, to validate volume attributes.
     pub known_flags: Vec<String>,
+    /// Test only (csi-sanity with a stub controller): report CONTROLLER_SERVICE.
+    pub advertise_controller_service: bool,
 }
 
 /// The socket path of a `unix://` endpoint (`unix:///a/b` and `unix:/a/b`).
@@ -113,6 +115,7 @@ pub async fn serve(config: CsiConfig) -> Result<(), CsiError> {
     };
     let identity = identity::IdentityService {
         driver_name: config.driver_name.clone(),
+        advertise_controller_service: config.advertise_controller_service,
     };
     tracing::info!(socket = %socket.display(), node = %config.node_id, driver = %config.driver_name, "CSI node plugin serving");
     tonic::transport::Server::builder()

@@ -90,7 +90,31 @@ fn state_status(e: std::io::Error) -> Status {
     Status::internal(format!("cannot record the mount in the state dir: {e}"))
 }
 
+fn statvfs(path: &Path) -> std::io::Result<libc::statvfs> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: statvfs is plain data; c is a valid NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid path and out-pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
 impl NodeService {
+    /// NotFound unless `volume_id` is staged or published at `path` by this plugin.
+    fn published_at(&self, volume_id: &str, path: &Path) -> Result<(), Status> {
+        match self.state.get(path) {
+            Some(rec) if rec.volume_id == volume_id => Ok(()),
+            _ => Err(Status::not_found(format!(
+                "volume {volume_id} is not staged or published at {}",
+                path.display()
+            ))),
+        }
+    }
+
     async fn lock(&self, path: &Path) -> tokio::sync::OwnedMutexGuard<()> {
         let m = {
             let mut locks = self.locks.lock().unwrap_or_else(|p| p.into_inner());
@@ -294,34 +318,88 @@ impl Node for NodeService {
 
     async fn node_get_volume_stats(
         &self,
-        _request: Request<NodeGetVolumeStatsRequest>,
+        request: Request<NodeGetVolumeStatsRequest>,
     ) -> Result<Response<NodeGetVolumeStatsResponse>, Status> {
-        Err(Status::unimplemented(
-            "volume stats are not reported (GET_VOLUME_STATS is not a capability)",
-        ))
+        let r = request.into_inner();
+        let volume_id = required(&r.volume_id, "volume id")?;
+        let path = PathBuf::from(required(&r.volume_path, "volume path")?);
+        self.published_at(volume_id, &path)?;
+        // The filesystem's own numbers (the dataset's size is not a capacity: statfs of a
+        // shardfs mount reports what the daemon reports). A mount whose daemon died is abnormal.
+        let (usage, condition) = match statvfs(&path) {
+            Ok(st) => {
+                let frsize = st.f_frsize as i64;
+                let bytes = VolumeUsage {
+                    total: st.f_blocks as i64 * frsize,
+                    available: st.f_bavail as i64 * frsize,
+                    used: (st.f_blocks.saturating_sub(st.f_bfree)) as i64 * frsize,
+                    unit: volume_usage::Unit::Bytes as i32,
+                };
+                let inodes = VolumeUsage {
+                    total: st.f_files as i64,
+                    available: st.f_favail as i64,
+                    used: st.f_files.saturating_sub(st.f_ffree) as i64,
+                    unit: volume_usage::Unit::Inodes as i32,
+                };
+                let condition = if mounter::answers(&path) {
+                    VolumeCondition {
+                        abnormal: false,
+                        message: "serving".into(),
+                    }
+                } else {
+                    VolumeCondition {
+                        abnormal: true,
+                        message: "the dataset's index.json does not answer".into(),
+                    }
+                };
+                (vec![bytes, inodes], condition)
+            }
+            Err(e) => (
+                Vec::new(),
+                VolumeCondition {
+                    abnormal: true,
+                    message: format!("the mount does not answer ({e}); restart the pod"),
+                },
+            ),
+        };
+        Ok(Response::new(NodeGetVolumeStatsResponse {
+            usage,
+            volume_condition: Some(condition),
+        }))
     }
 
     async fn node_expand_volume(
         &self,
-        _request: Request<NodeExpandVolumeRequest>,
+        request: Request<NodeExpandVolumeRequest>,
     ) -> Result<Response<NodeExpandVolumeResponse>, Status> {
-        Err(Status::unimplemented(
-            "a dataset volume has no size to expand (EXPAND_VOLUME is not a capability)",
-        ))
+        let r = request.into_inner();
+        let volume_id = required(&r.volume_id, "volume id")?;
+        let path = PathBuf::from(required(&r.volume_path, "volume path")?);
+        self.published_at(volume_id, &path)?;
+        // A dataset volume has no size of its own to grow (its PV `capacity` is a label): the
+        // request succeeds without change and reports the size asked for.
+        let capacity = r.capacity_range.map(|c| c.required_bytes).unwrap_or(0);
+        Ok(Response::new(NodeExpandVolumeResponse {
+            capacity_bytes: capacity,
+        }))
     }
 
     async fn node_get_capabilities(
         &self,
         _request: Request<NodeGetCapabilitiesRequest>,
     ) -> Result<Response<NodeGetCapabilitiesResponse>, Status> {
-        let stage = NodeServiceCapability {
-            r#type: Some(node_service_capability::Type::Rpc(Rpc {
-                r#type: rpc::Type::StageUnstageVolume as i32,
-            })),
-        };
-        Ok(Response::new(NodeGetCapabilitiesResponse {
-            capabilities: vec![stage],
-        }))
+        let capabilities = [
+            rpc::Type::StageUnstageVolume,
+            rpc::Type::GetVolumeStats,
+            rpc::Type::VolumeCondition,
+            rpc::Type::ExpandVolume,
+        ]
+        .into_iter()
+        .map(|t| NodeServiceCapability {
+            r#type: Some(node_service_capability::Type::Rpc(Rpc { r#type: t as i32 })),
+        })
+        .collect();
+        Ok(Response::new(NodeGetCapabilitiesResponse { capabilities }))
     }
 
     async fn node_get_info(
