@@ -884,3 +884,130 @@ mod model {
         }
     }
 }
+
+/// A copy of fixture `name` as MDSWriter writes it by default (`hashes=[]`): no hash in
+/// index.json, so only the store's own checksum can catch a damaged transfer.
+fn hashless_copy(name: &str, into: &Path) -> std::path::PathBuf {
+    let from = fixtures().join("mds").join(name);
+    let to = into.join(format!("{name}-hashless"));
+    std::fs::create_dir_all(&to).unwrap();
+    for e in std::fs::read_dir(&from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+    let mut index: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(to.join("index.json")).unwrap()).unwrap();
+    for shard in index["shards"].as_array_mut().unwrap() {
+        shard["hashes"] = serde_json::json!([]);
+        for file in ["raw_data", "zip_data"] {
+            if shard[file].is_object() {
+                shard[file]["hashes"] = serde_json::json!({});
+            }
+        }
+    }
+    std::fs::write(to.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
+    to
+}
+
+#[test]
+fn a_corrupted_s3_download_of_a_hashless_dataset_is_caught_by_the_etag_md5() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = hashless_copy("basic", tmp.path());
+    let moto = crate::common::moto::moto();
+    moto.upload_dir("cache-tests", "hashless/basic", &ds);
+    let store_opts = crate::common::moto::s3_options(&moto.endpoint);
+    let source = store::Source::parse("s3://cache-tests/hashless/basic").unwrap();
+    let backend = store::ObjectStoreBackend::open(&source, &store_opts).unwrap();
+    let counting = Arc::new(CountingStore::new(Arc::new(backend)));
+    let faulty = Arc::new(FaultyStore::new(counting.clone()));
+    let resilient = Arc::new(ResilientStore::new(faulty.clone(), &store_opts));
+    let bs = BlockingStore::new(resilient, 2).unwrap();
+    let dataset = Arc::new(Dataset::from_store(bs, source.canonical()).unwrap());
+    assert!(dataset.index().shards()[0].raw.hashes.is_empty());
+    let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
+    // One flipped byte in the body (headers intact): the MD5 differs from the ETag, refetched.
+    faulty.inject(Fault::Corrupt, Some("shard.00000.mds"), Some(1));
+    check_every_sample(&cache, &ds);
+    assert_eq!(counting.for_key("shard.00000.mds").gets, 2);
+    assert_eq!(cache.stats().verify_failures, 1);
+    // Damaged every time: an error naming the shard after the retry budget, nothing cached.
+    faulty.inject(Fault::Corrupt, Some("shard.00001.mds"), None);
+    assert!(cache.evict(1));
+    let e = cache.get(1).unwrap_err();
+    assert!(matches!(e, CacheError::Corrupt { shard: 1, .. }), "{e:?}");
+    assert!(e.to_string().contains("ETag"), "{e}");
+    assert!(!cache.shard_path(1).unwrap().exists());
+    // The next read tries again (no poisoned state) and succeeds once the link is clean.
+    faulty.clear();
+    cache.get(1).unwrap();
+    check_every_sample(&cache, &ds);
+}
+
+#[test]
+fn etags_stand_for_an_md5_only_when_they_look_like_one() {
+    let md5 = store::etag_md5("\"9e107d9d372bb6826bd81d3542a419d6\"").unwrap();
+    assert_eq!(hex::encode(md5), "9e107d9d372bb6826bd81d3542a419d6");
+    assert!(store::etag_md5("W/\"9e107d9d372bb6826bd81d3542a419d6\"").is_some());
+    // Multipart uploads, versions, and other stores' ETags are not an MD5.
+    assert!(store::etag_md5("\"9e107d9d372bb6826bd81d3542a419d6-3\"").is_none());
+    assert!(store::etag_md5("0x8DCF1C2B3A4E5F6").is_none());
+    assert!(store::etag_md5("CJ2k8f2Q8oMDEAE=").is_none());
+}
+
+/// A store whose ETags look like MD5s but are not (as with SSE-KMS or SSE-C objects).
+#[derive(Debug)]
+struct KmsEtags(Arc<dyn store::Store>);
+
+impl store::Store for KmsEtags {
+    fn url_of(&self, key: &store::ObjectKey) -> String {
+        self.0.url_of(key)
+    }
+    fn head<'a>(&'a self, key: &'a store::ObjectKey) -> store::StoreFuture<'a, store::ObjectInfo> {
+        self.0.head(key)
+    }
+    fn get_range<'a>(
+        &'a self,
+        key: &'a store::ObjectKey,
+        range: std::ops::Range<u64>,
+    ) -> store::StoreFuture<'a, bytes::Bytes> {
+        self.0.get_range(key, range)
+    }
+    fn get<'a>(&'a self, key: &'a store::ObjectKey) -> store::StoreFuture<'a, bytes::Bytes> {
+        self.0.get(key)
+    }
+    fn get_fetched<'a>(
+        &'a self,
+        key: &'a store::ObjectKey,
+    ) -> store::StoreFuture<'a, store::Fetched> {
+        Box::pin(async move {
+            let mut f = self.0.get_fetched(key).await?;
+            f.md5 = Some([0xab; 16]);
+            Ok(f)
+        })
+    }
+    fn list<'a>(
+        &'a self,
+        prefix: Option<&'a store::ObjectKey>,
+    ) -> store::StoreFuture<'a, Vec<store::ObjectInfo>> {
+        self.0.list(prefix)
+    }
+}
+
+#[test]
+fn etags_that_are_not_md5s_cost_a_second_download_not_an_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = hashless_copy("basic", tmp.path());
+    let source = store::Source::parse(ds.to_str().unwrap()).unwrap();
+    let backend = store::ObjectStoreBackend::open(&source, &quick_store()).unwrap();
+    let counting = Arc::new(CountingStore::new(Arc::new(backend)));
+    let kms = Arc::new(KmsEtags(counting.clone()));
+    let bs = BlockingStore::new(kms, 2).unwrap();
+    let dataset = Arc::new(Dataset::from_store(bs, source.canonical()).unwrap());
+    let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
+    check_every_sample(&cache, &ds);
+    assert_eq!(
+        counting.for_key("shard.00000.mds").gets,
+        2,
+        "two agreeing downloads"
+    );
+}

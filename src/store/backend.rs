@@ -196,6 +196,14 @@ impl ObjectStoreBackend {
         key: &ObjectKey,
         range: Option<Range<u64>>,
     ) -> Result<Bytes, StoreError> {
+        self.get_with_etag(key, range).await.map(|(b, _)| b)
+    }
+
+    async fn get_with_etag(
+        &self,
+        key: &ObjectKey,
+        range: Option<Range<u64>>,
+    ) -> Result<(Bytes, Option<String>), StoreError> {
         let url = self.url_of(key);
         let loc = self.location(key)?;
         let opts = GetOptions::new().with_range(range.clone());
@@ -218,6 +226,7 @@ impl ObjectStoreBackend {
         let expected = range
             .map(|r| r.end - r.start)
             .unwrap_or(result.range.end - result.range.start);
+        let e_tag = result.meta.e_tag.clone();
         let bytes = result.bytes().await.map_err(|e| body_error(e, &url))?;
         if bytes.len() as u64 != expected {
             return Err(StoreError::ShortBody {
@@ -226,8 +235,21 @@ impl ObjectStoreBackend {
                 got: bytes.len() as u64,
             });
         }
-        Ok(bytes)
+        Ok((bytes, e_tag))
     }
+}
+
+/// The MD5 an S3 ETag stands for: 32 hex digits (quotes allowed). Multipart ETags (`…-N`)
+/// are not an MD5 of the object, and neither are the ETags of SSE-KMS/SSE-C objects, which look
+/// the same: the cache tells those apart by downloading twice (see `cache::dataset`).
+pub fn etag_md5(e_tag: &str) -> Option<[u8; 16]> {
+    let t = e_tag.trim().trim_start_matches("W/").trim_matches('"');
+    if t.len() != 32 || !t.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let mut out = [0u8; 16];
+    hex::decode_to_slice(t, &mut out).ok()?;
+    Some(out)
 }
 
 impl Store for ObjectStoreBackend {
@@ -262,6 +284,18 @@ impl Store for ObjectStoreBackend {
 
     fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
         Box::pin(self.get_checked(key, None))
+    }
+
+    fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::Fetched> {
+        Box::pin(async move {
+            let (bytes, e_tag) = self.get_with_etag(key, None).await?;
+            // Only S3 ETags can be an MD5 of the object; other stores' ETags are versions.
+            let md5 = match self.source.kind {
+                super::SourceKind::S3 { .. } => e_tag.as_deref().and_then(etag_md5),
+                _ => None,
+            };
+            Ok(super::Fetched { bytes, md5 })
+        })
     }
 
     fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {

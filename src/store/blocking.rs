@@ -64,6 +64,11 @@ impl BlockingStore {
         self.runtime.block_on(self.store.get(key))
     }
 
+    /// See [`Store::get_fetched`].
+    pub fn get_fetched(&self, key: &ObjectKey) -> Result<super::Fetched, StoreError> {
+        self.runtime.block_on(self.store.get_fetched(key))
+    }
+
     /// See [`Store::list`].
     pub fn list(&self, prefix: Option<&ObjectKey>) -> Result<Vec<ObjectInfo>, StoreError> {
         self.runtime.block_on(self.store.list(prefix))

@@ -114,6 +114,15 @@ impl Store for CountingStore {
         })
     }
 
+    fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::Fetched> {
+        Box::pin(async move {
+            self.bump(key.as_str(), |c| c.gets += 1);
+            let f = self.inner.get_fetched(key).await?;
+            self.bump(key.as_str(), |c| c.bytes += f.bytes.len() as u64);
+            Ok(f)
+        })
+    }
+
     fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
         Box::pin(async move {
             self.bump(prefix.map(|p| p.as_str()).unwrap_or(""), |c| c.lists += 1);

@@ -183,6 +183,22 @@ impl Store for FaultyStore {
         Box::pin(self.with_faults(key, move || self.inner.get(key)))
     }
 
+    fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::Fetched> {
+        Box::pin(async move {
+            // Damage applies to the body only: the store's checksum stays what it recorded.
+            let md5 = std::sync::Mutex::new(None);
+            let bytes = self
+                .with_faults(key, || async {
+                    let f = self.inner.get_fetched(key).await?;
+                    *md5.lock().unwrap_or_else(|p| p.into_inner()) = f.md5;
+                    Ok(f.bytes)
+                })
+                .await?;
+            let md5 = md5.into_inner().unwrap_or_else(|p| p.into_inner());
+            Ok(super::Fetched { bytes, md5 })
+        })
+    }
+
     fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
         self.inner.list(prefix)
     }

@@ -33,7 +33,7 @@ mod options;
 mod resilient;
 mod source;
 
-pub use backend::ObjectStoreBackend;
+pub use backend::{etag_md5, ObjectStoreBackend};
 pub use blocking::BlockingStore;
 pub use counting::{CountingStore, RequestCounts};
 pub use error::{StoreError, TransientKind};
@@ -62,6 +62,16 @@ pub struct ObjectInfo {
     pub e_tag: Option<String>,
 }
 
+/// A whole object, with the store's own checksum of it where the store vouches for one.
+#[derive(Debug, Clone)]
+pub struct Fetched {
+    /// The object's bytes.
+    pub bytes: Bytes,
+    /// The MD5 of the bytes as the store recorded it: an S3 ETag that is a plain MD5 (a
+    /// single-part upload without SSE-KMS/SSE-C). `None` where the store gives no MD5.
+    pub md5: Option<[u8; 16]>,
+}
+
 /// Read access to the objects under one dataset root.
 ///
 /// Implementations must return exactly the bytes asked for or an error: `get_range` yields
@@ -75,6 +85,16 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     fn get_range<'a>(&'a self, key: &'a ObjectKey, range: Range<u64>) -> StoreFuture<'a, Bytes>;
     /// The whole object.
     fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Bytes>;
+    /// The whole object with the store's checksum of it ([`Fetched::md5`]); by default the
+    /// bytes of [`Store::get`] and no checksum.
+    fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Fetched> {
+        Box::pin(async move {
+            Ok(Fetched {
+                bytes: self.get(key).await?,
+                md5: None,
+            })
+        })
+    }
     /// Every object under `prefix` (all of the dataset when `None`), in no particular order.
     fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>>;
 }

@@ -135,6 +135,10 @@ impl Store for ResilientStore {
         Box::pin(self.run(key, move || self.inner.get(key)))
     }
 
+    fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::Fetched> {
+        Box::pin(self.run(key, move || self.inner.get_fetched(key)))
+    }
+
     fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
         // A listing has no single key; report errors against the prefix (or the root).
         Box::pin(async move {
