@@ -1011,3 +1011,65 @@ fn etags_that_are_not_md5s_cost_a_second_download_not_an_error() {
         "two agreeing downloads"
     );
 }
+
+/// Flips one byte in the middle of `path`, keeping its size.
+fn flip_a_byte(path: &Path) {
+    let mut data = std::fs::read(path).unwrap();
+    let mid = data.len() / 2;
+    data[mid] ^= 0x01;
+    std::fs::write(path, data).unwrap();
+}
+
+#[test]
+fn cached_shards_that_rot_on_disk_are_caught_by_their_checksum_and_refetched() {
+    let ds = fixtures().join("mds/basic");
+    let tmp = tempfile::tempdir().unwrap();
+    let n;
+    {
+        let (_f, _counting, dataset) = instrumented(&ds, &quick_store());
+        n = dataset.index().shards().len();
+        let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+        for s in 0..n {
+            cache.get(s).unwrap();
+        }
+        // Between two mounts: one bit flipped in shard 2, and shard 3's checksum lost.
+        flip_a_byte(&cache.shard_path(2).unwrap());
+        let sum = cache.dir().join("sums").join(format!(
+            "{}.xxh3",
+            cache.dataset().index().shards()[3].raw.basename
+        ));
+        std::fs::remove_file(sum).unwrap();
+    }
+    let (_f, counting, dataset) = instrumented(&ds, &quick_store());
+    let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+    assert!(
+        !cache.is_resident(3),
+        "a shard without its checksum is not adopted"
+    );
+    assert!(cache.is_resident(2), "adopted: checked on first use");
+    check_every_sample(&cache, &ds);
+    let key = |s: usize| cache.dataset().index().shards()[s].raw.basename.clone();
+    assert_eq!(
+        counting.for_key(&key(2)).gets,
+        1,
+        "the rotten shard is fetched again"
+    );
+    assert_eq!(counting.for_key(&key(3)).gets, 1);
+    assert_eq!(
+        counting.for_key(&key(0)).gets,
+        0,
+        "intact shards are reused"
+    );
+    assert_eq!(cache.stats().verify_failures, 1);
+    // While open: a file changed under the cache is checked again on its next use (reads
+    // through the memory tier never touch the file).
+    flip_a_byte(&cache.shard_path(0).unwrap());
+    let h = cache.get(0).unwrap();
+    assert_eq!(
+        h.read_at(0, h.len() as usize).unwrap(),
+        std::fs::read(ds.join(key(0))).unwrap(),
+    );
+    drop(h);
+    assert_eq!(counting.for_key(&key(0)).gets, 1);
+    assert_eq!(cache.stats().verify_failures, 2);
+}

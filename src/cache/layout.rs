@@ -6,7 +6,10 @@
 //!     .lock                              flock: one process per dataset folder
 //!     tmp/<shard>.<pid>.<n>.part         fills in progress (deleted at open)
 //!     shards/<raw basename>              complete, verified, uncompressed shards
+//!     sums/<raw basename>.xxh3           xxh3-64 of the shard's bytes, written before the shard
 //! ```
+//! A shard without its sum is not adopted (it is refetched); an adopted shard is hashed against
+//! its sum before its first use, and again whenever its file changes under the cache.
 //! A file under `shards/` exists only if it was written in full, fsynced and renamed into
 //! place, so its existence (with the size index.json gives) records completeness durably;
 //! there is no separate journal to get out of step. Basenames may contain folders
@@ -28,6 +31,7 @@ pub const LAYOUT_VERSION: &str = "v1";
 pub(crate) struct Layout {
     pub root: PathBuf,
     pub shards: PathBuf,
+    pub sums: PathBuf,
     pub tmp: PathBuf,
 }
 
@@ -36,6 +40,7 @@ impl Layout {
         let root = cache_dir.join(LAYOUT_VERSION).join(dataset_key);
         Layout {
             shards: root.join("shards"),
+            sums: root.join("sums"),
             tmp: root.join("tmp"),
             root,
         }
@@ -43,7 +48,7 @@ impl Layout {
 
     /// Creates the folders, takes the folder lock, writes `dataset.json`, and empties `tmp/`.
     pub fn prepare(&self, dataset_json: &[u8]) -> Result<File, CacheError> {
-        for d in [&self.root, &self.shards, &self.tmp] {
+        for d in [&self.root, &self.shards, &self.sums, &self.tmp] {
             fs::create_dir_all(d).map_err(|e| CacheError::io("create folder", d, e))?;
         }
         let lock_path = self.root.join(".lock");
@@ -80,6 +85,32 @@ impl Layout {
         basename
             .segments()
             .fold(self.shards.clone(), |p, s| p.join(s))
+    }
+
+    /// Where the checksum of shard `basename` is kept.
+    pub fn sum_path(&self, basename: &ObjectKey) -> PathBuf {
+        let mut p = basename
+            .segments()
+            .fold(self.sums.clone(), |p, s| p.join(s))
+            .into_os_string();
+        p.push(".xxh3");
+        PathBuf::from(p)
+    }
+
+    /// Records the xxh3-64 of shard `basename` (before the shard itself is renamed into place).
+    pub fn write_sum(&self, basename: &ObjectKey, sum: u64) -> Result<(), CacheError> {
+        let dest = self.sum_path(basename);
+        let parent = dest.parent().unwrap_or(&self.sums);
+        fs::create_dir_all(parent).map_err(|e| CacheError::io("create folder", parent, e))?;
+        let tmp = dest.with_extension("xxh3.tmp");
+        fs::write(&tmp, format!("{sum:016x}\n")).map_err(|e| CacheError::io("write", &tmp, e))?;
+        fs::rename(&tmp, &dest).map_err(|e| CacheError::io("rename into", &dest, e))
+    }
+
+    /// The recorded xxh3-64 of shard `basename`, if there is a readable one.
+    pub fn read_sum(&self, basename: &ObjectKey) -> Option<u64> {
+        let text = fs::read_to_string(self.sum_path(basename)).ok()?;
+        u64::from_str_radix(text.trim(), 16).ok()
     }
 
     /// Writes `data` to a temporary file, fsyncs it, renames it to `dest`, and fsyncs the

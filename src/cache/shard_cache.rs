@@ -127,7 +127,53 @@ pub struct ShardCache {
     memory: MemoryTier,
     counters: Arc<Counters>,
     prefetch_tx: Mutex<Option<mpsc::Sender<usize>>>,
+    /// What each resident shard's bytes must hash to, and the file state last found to match.
+    trust: Mutex<HashMap<usize, Trust>>,
+    /// Serializes checksum verifications, so a shard is hashed once however many readers wait.
+    verifying: Mutex<()>,
     _lock: File,
+}
+
+/// The recorded checksum of one cached shard and the file (inode, size, mtime) it was last
+/// verified against; `None` until verified in this process (an adopted shard).
+#[derive(Debug, Clone, Copy)]
+struct Trust {
+    sum: u64,
+    verified: Option<FileStamp>,
+}
+
+/// Identity and version of a file: a change means its bytes must be checked again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FileStamp {
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+/// xxh3-64 of the first `len` bytes of `file`, read in 1 MiB pieces.
+fn hash_file(file: &File, len: u64) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut at = 0u64;
+    while at < len {
+        let want = (len - at).min(buf.len() as u64) as usize;
+        file.read_exact_at(&mut buf[..want], at)?;
+        hasher.update(&buf[..want]);
+        at += want as u64;
+    }
+    Ok(hasher.digest())
+}
+
+impl FileStamp {
+    fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp {
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
+        }
+    }
 }
 
 impl std::fmt::Debug for ShardCache {
@@ -186,10 +232,21 @@ impl ShardCache {
         let mut found = layout.scan()?;
         found.sort_by_key(|(_, _, mtime)| *mtime);
         let mut slots = vec![Slot::Absent; shards.len()];
+        let mut trust = HashMap::new();
         let (mut usage, mut clock) = (0u64, 0u64);
         for (rel, size, _) in found {
-            match by_name.get(rel.as_str()) {
-                Some(&i) if size == shards[i].raw.bytes => {
+            let recorded = by_name
+                .get(rel.as_str())
+                .and_then(|&i| layout.read_sum(&keys[i]).map(|sum| (i, sum)));
+            match recorded {
+                Some((i, sum)) if size == shards[i].raw.bytes => {
+                    trust.insert(
+                        i,
+                        Trust {
+                            sum,
+                            verified: None,
+                        },
+                    );
                     clock += 1;
                     slots[i] = Slot::Resident {
                         bytes: size,
@@ -228,6 +285,8 @@ impl ShardCache {
             reader,
             prefetch_tx: Mutex::new(None),
             opts,
+            trust: Mutex::new(trust),
+            verifying: Mutex::new(()),
             _lock: lock,
         });
         for (i, s) in cache.lock().slots.iter().enumerate() {
@@ -292,18 +351,104 @@ impl ShardCache {
     /// The shard on disk, fetching it if needed (one download however many threads ask),
     /// pinned against eviction until the handle is dropped.
     pub fn get(self: &Arc<Self>, shard: usize) -> Result<ShardHandle, CacheError> {
+        match self.get_checked(shard)? {
+            Some(h) => Ok(h),
+            // The cached file failed its checksum and is gone: fetch it again, once.
+            None => self.get_checked(shard)?.ok_or_else(|| CacheError::Corrupt {
+                shard,
+                file: self
+                    .shard_path(shard)
+                    .unwrap_or_default()
+                    .display()
+                    .to_string(),
+                reason: "a freshly cached copy failed its checksum too (failing disk?)".into(),
+            }),
+        }
+    }
+
+    /// Checks the cached file of `shard` against its recorded xxh3 when the file is new to
+    /// this process or changed since it was last checked. False (and the file removed) when
+    /// it does not match.
+    fn verify_file(
+        &self,
+        shard: usize,
+        file: &File,
+        meta: &std::fs::Metadata,
+    ) -> Result<bool, CacheError> {
+        let stamp = FileStamp::of(meta);
+        let lookup = |t: &Mutex<HashMap<usize, Trust>>| {
+            t.lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get(&shard)
+                .copied()
+        };
+        match lookup(&self.trust) {
+            Some(t) if t.verified == Some(stamp) => return Ok(true),
+            None => return Ok(true),
+            Some(_) => {}
+        }
+        let _one = self.verifying.lock().unwrap_or_else(|p| p.into_inner());
+        let Some(t) = lookup(&self.trust) else {
+            return Ok(true);
+        };
+        if t.verified == Some(stamp) {
+            return Ok(true);
+        }
+        let path = self.shard_path(shard)?;
+        let got = hash_file(file, meta.len()).map_err(|e| CacheError::io("read", &path, e))?;
+        if got == t.sum {
+            if let Some(t) = self
+                .trust
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_mut(&shard)
+            {
+                t.verified = Some(stamp);
+            }
+            return Ok(true);
+        }
+        Counters::add(&self.counters.verify_failures, 1);
+        tracing::warn!(shard, path = %path.display(), expected = format!("{:016x}", t.sum), got = format!("{got:016x}"), "cached shard does not match its checksum (changed on disk); fetching it again");
+        self.trust
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&shard);
+        let _ = std::fs::remove_file(&path);
+        Ok(false)
+    }
+
+    fn get_checked(self: &Arc<Self>, shard: usize) -> Result<Option<ShardHandle>, CacheError> {
         self.acquire(shard, true, RoomWait::Wait)?;
         let path = self.shard_path(shard)?;
         match File::open(&path) {
             Ok(f) => {
-                let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+                let meta = match f.metadata() {
+                    Ok(m) => m,
+                    Err(e) => {
+                        self.unpin(shard);
+                        return Err(CacheError::io("stat", path, e));
+                    }
+                };
+                match self.verify_file(shard, &f, &meta) {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.unpin(shard);
+                        self.forget(shard);
+                        return Ok(None);
+                    }
+                    Err(e) => {
+                        self.unpin(shard);
+                        return Err(e);
+                    }
+                }
+                let len = meta.len();
                 self.policy.touched(shard);
-                Ok(ShardHandle {
+                Ok(Some(ShardHandle {
                     cache: self.clone(),
                     shard,
                     file: Arc::new(f),
                     len,
-                })
+                }))
             }
             Err(e) => {
                 // Deleted behind our back: forget it so the next call refetches.
@@ -544,9 +689,18 @@ impl ShardCache {
         if let Ok(h) = ShardHeader::parse(&raw) {
             self.memory.put_header(shard, Arc::new(h));
         }
-        let dest = self.layout.shard_path(self.key(shard)?);
+        let key = self.key(shard)?;
+        let dest = self.layout.shard_path(key);
+        let sum = xxhash_rust::xxh3::xxh3_64(&raw);
+        self.layout.write_sum(key, sum)?;
         self.layout
             .write_atomically(&raw, &dest, &format!("shard{shard}"))?;
+        // Written and checked just now: trusted as it is on disk.
+        let verified = std::fs::metadata(&dest).ok().map(|m| FileStamp::of(&m));
+        self.trust
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(shard, Trust { sum, verified });
         Counters::add(&self.counters.shards_fetched, 1);
         tracing::debug!(shard, bytes = raw.len(), "shard cached");
         Ok(raw.len() as u64)
