@@ -1073,3 +1073,40 @@ fn cached_shards_that_rot_on_disk_are_caught_by_their_checksum_and_refetched() {
     assert_eq!(counting.for_key(&key(0)).gets, 1);
     assert_eq!(cache.stats().verify_failures, 2);
 }
+
+#[test]
+fn the_cache_is_private_and_never_follows_symlinks() {
+    use std::os::unix::fs::PermissionsExt;
+    let ds = fixtures().join("mds/basic");
+    let tmp = tempfile::tempdir().unwrap();
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+    let outside = tmp.path().join("outside.txt");
+    std::fs::write(&outside, b"not the cache's").unwrap();
+    {
+        let (_f, _c, dataset) = instrumented(&ds, &quick_store());
+        let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
+        cache.get(0).unwrap();
+        for dir in ["", "shards", "sums", "tmp"] {
+            assert_eq!(mode(&cache.dir().join(dir)), 0o700, "{dir}");
+        }
+        assert_eq!(mode(&cache.shard_path(0).unwrap()), 0o600);
+        // A symlink planted among the shards, named like one.
+        let name = cache.dataset().index().shards()[1].raw.basename.clone();
+        std::os::unix::fs::symlink(&outside, cache.dir().join("shards").join(&name)).unwrap();
+    }
+    let (_f, _c, dataset) = instrumented(&ds, &quick_store());
+    let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
+    assert!(!cache.is_resident(1), "a symlink is not adopted");
+    assert!(!cache.shard_path(1).unwrap().exists());
+    assert_eq!(std::fs::read(&outside).unwrap(), b"not the cache's");
+    check_every_sample(&cache, &ds);
+    // A cache folder that is itself a symlink is refused with a clear error.
+    let dir = cache.dir().to_path_buf();
+    drop(cache);
+    let moved = tmp.path().join("moved");
+    std::fs::rename(&dir, &moved).unwrap();
+    std::os::unix::fs::symlink(&moved, &dir).unwrap();
+    let (_f, _c, dataset) = instrumented(&ds, &quick_store());
+    let e = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap_err();
+    assert!(e.to_string().contains("symlink"), "{e}");
+}

@@ -46,10 +46,25 @@ impl Layout {
         }
     }
 
-    /// Creates the folders, takes the folder lock, writes `dataset.json`, and empties `tmp/`.
+    /// Creates the folders (mode 0700: cached data is the dataset owner's), refuses any of
+    /// them that is a symlink, takes the folder lock, writes `dataset.json`, and empties `tmp/`.
     pub fn prepare(&self, dataset_json: &[u8]) -> Result<File, CacheError> {
+        use std::os::unix::fs::DirBuilderExt;
         for d in [&self.root, &self.shards, &self.sums, &self.tmp] {
-            fs::create_dir_all(d).map_err(|e| CacheError::io("create folder", d, e))?;
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(d)
+                .map_err(|e| CacheError::io("create folder", d, e))?;
+            let is_link = fs::symlink_metadata(d)
+                .map(|m| m.file_type().is_symlink())
+                .unwrap_or(false);
+            if is_link {
+                return Err(CacheError::Config(format!(
+                    "cache folder {} is a symlink; refusing to follow it (use a real folder as --cache-dir)",
+                    d.display()
+                )));
+            }
         }
         let lock_path = self.root.join(".lock");
         let lock = OpenOptions::new()
@@ -103,7 +118,18 @@ impl Layout {
         let parent = dest.parent().unwrap_or(&self.sums);
         fs::create_dir_all(parent).map_err(|e| CacheError::io("create folder", parent, e))?;
         let tmp = dest.with_extension("xxh3.tmp");
-        fs::write(&tmp, format!("{sum:016x}\n")).map_err(|e| CacheError::io("write", &tmp, e))?;
+        {
+            use std::os::unix::fs::OpenOptionsExt;
+            let mut f = OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(|e| CacheError::io("create", &tmp, e))?;
+            f.write_all(format!("{sum:016x}\n").as_bytes())
+                .map_err(|e| CacheError::io("write", &tmp, e))?;
+        }
         fs::rename(&tmp, &dest).map_err(|e| CacheError::io("rename into", &dest, e))
     }
 
@@ -123,7 +149,15 @@ impl Layout {
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         let result = (|| {
-            let mut f = File::create(&tmp).map_err(|e| CacheError::io("create", &tmp, e))?;
+            let mut f = {
+                use std::os::unix::fs::OpenOptionsExt;
+                OpenOptions::new()
+                    .write(true)
+                    .create_new(true)
+                    .mode(0o600)
+                    .open(&tmp)
+                    .map_err(|e| CacheError::io("create", &tmp, e))?
+            };
             f.write_all(data)
                 .map_err(|e| CacheError::io("write", &tmp, e))?;
             f.sync_all().map_err(|e| CacheError::io("fsync", &tmp, e))?;
@@ -151,7 +185,11 @@ impl Layout {
                 let meta = entry
                     .metadata()
                     .map_err(|e| CacheError::io("stat", &path, e))?;
-                if meta.is_dir() {
+                if meta.file_type().is_symlink() {
+                    // Never followed: a link could point anywhere. Removed like any stray file.
+                    tracing::warn!(path = %path.display(), "removing a symlink from the cache folder");
+                    let _ = fs::remove_file(&path);
+                } else if meta.is_dir() {
                     stack.push(path);
                 } else if let Ok(rel) = path.strip_prefix(&self.shards) {
                     let rel = rel

@@ -71,14 +71,24 @@ fn start_background(config: &MountConfig) -> Result<()> {
     let (read_end, write_end) =
         unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     let cache_dir = config.cache_dir();
-    std::fs::create_dir_all(&cache_dir)
-        .with_context(|| format!("cannot create cache dir {}", cache_dir.display()))?;
+    {
+        use std::os::unix::fs::DirBuilderExt;
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&cache_dir)
+            .with_context(|| format!("cannot create cache dir {}", cache_dir.display()))?;
+    }
     let log_path = cache_dir.join("shardfs.log");
-    let log = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&log_path)
-        .with_context(|| format!("cannot open log file {}", log_path.display()))?;
+    let log = {
+        use std::os::unix::fs::OpenOptionsExt;
+        std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .mode(0o600)
+            .open(&log_path)
+    }
+    .with_context(|| format!("cannot open log file {}", log_path.display()))?;
     let exe = std::env::current_exe().context("cannot find the shardfs executable")?;
     let mut args: Vec<OsString> = std::env::args_os().skip(1).collect();
     args.push("--foreground".into());
