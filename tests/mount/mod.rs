@@ -338,19 +338,24 @@ print(json.dumps(out))
     assert_eq!(got, want);
 }
 
-#[test]
-fn unmount_command_and_sigterm_end_the_daemon() {
-    let dir = fixtures().join("mds/basic");
-    let m = Mount::new(dir.to_str().unwrap(), &[]);
-    let pid = m.status()["pid"].as_u64().unwrap();
-    // SAFETY: sending SIGTERM to the daemon this test started.
-    unsafe { libc::kill(pid as i32, libc::SIGTERM) };
+/// Sends `sig` to the daemon `pid` this test started and waits up to 3 s for it to be gone.
+fn signal_and_wait(pid: u64, sig: libc::c_int) {
+    // SAFETY: signalling a process this test started.
+    unsafe { libc::kill(pid as i32, sig) };
     for _ in 0..300 {
         if !Path::new(&format!("/proc/{pid}")).exists() {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
+}
+
+#[test]
+fn unmount_command_and_sigterm_end_the_daemon() {
+    let dir = fixtures().join("mds/basic");
+    let m = Mount::new(dir.to_str().unwrap(), &[]);
+    let pid = m.status()["pid"].as_u64().unwrap();
+    signal_and_wait(pid, libc::SIGTERM);
     assert!(
         !Path::new(&format!("/proc/{pid}")).exists(),
         "daemon still running after SIGTERM"
@@ -388,14 +393,7 @@ fn unmount_waits_for_the_daemon_and_reports_how_it_ended() {
     // A daemon killed with SIGKILL: the unmount still detaches the dead mount, and says so.
     let m = Mount::new(dir.to_str().unwrap(), &[]);
     let pid = m.status()["pid"].as_u64().unwrap();
-    // SAFETY: sending SIGKILL to the daemon this test started.
-    unsafe { libc::kill(pid as i32, libc::SIGKILL) };
-    for _ in 0..300 {
-        if !Path::new(&format!("/proc/{pid}")).exists() {
-            break;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
+    signal_and_wait(pid, libc::SIGKILL);
     let out = Command::new(bin())
         .arg("unmount")
         .arg(&m.mnt)
