@@ -668,3 +668,48 @@ fn s3_dataset_through_moto_reads_back_and_stats_with_ranged_reads() {
         assert_eq!(s["errors"]["count"], 0);
     }
 }
+
+#[test]
+fn credentials_never_reach_logs_status_or_error_messages() {
+    let moto = crate::common::moto::moto();
+    let dir = fixtures().join("mds/basic");
+    moto.upload_dir("secret-tests", "ds/basic", &dir);
+    let (key_id, secret, token) = (
+        "AKIASHARDFSKEYID0001",
+        "shardfs+Secret/Value+0123456789abcdef",
+        "shardfs-session-token-0123456789",
+    );
+    let env = [
+        ("AWS_ACCESS_KEY_ID", key_id),
+        ("AWS_SECRET_ACCESS_KEY", secret),
+        ("AWS_SESSION_TOKEN", token),
+        ("AWS_REGION", "us-east-1"),
+        ("RUST_LOG", "trace"),
+    ];
+    let m = Mount::with_env(
+        "s3://secret-tests/ds/basic",
+        &["--endpoint-url", &moto.endpoint],
+        &env,
+    );
+    for name in m.list("rank-0/epoch-0").iter().take(20) {
+        std::fs::read(m.mnt.join("rank-0/epoch-0").join(name)).unwrap();
+    }
+    let status = std::fs::read_to_string(m.mnt.join(".shardfs/status.json")).unwrap();
+    // An error path too: a dataset that is not there, through the CLI.
+    let out = Command::new(bin())
+        .args(["inspect", "s3://secret-tests/ds/missing", "--endpoint-url"])
+        .arg(&moto.endpoint)
+        .envs(env)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let log = std::fs::read_to_string(m.cache.join("shardfs.log")).unwrap();
+    assert!(log.len() > 1000, "the trace log is nearly empty: {log}");
+    drop(m);
+    for (what, text) in [("status.json", &status), ("stderr", &stderr), ("log", &log)] {
+        for s in [secret, token] {
+            assert!(!text.contains(s), "{what} shows a credential: {text}");
+        }
+    }
+}
