@@ -40,7 +40,7 @@ apt_install() {
 
 # --- the static binary -------------------------------------------------------------------------
 apt_install musl-tools
-rustup target list --installed 2>/dev/null | grep -qx "$triple" || { say "rustup target add $triple"; rustup target add "$triple"; }
+grep -qx "$triple" <<<"$(rustup target list --installed 2>/dev/null)" || { say "rustup target add $triple"; rustup target add "$triple"; }
 export CARGO_TARGET_DIR=${SHARDFS_MUSL_TARGET_DIR:-$repo/target-musl}
 export CC_x86_64_unknown_linux_musl=musl-gcc
 # The packaged binary is stripped: skip the debug info the release profile keeps for profiling.

@@ -49,7 +49,7 @@ for f in /usr/bin/shardfs /sbin/mount.shardfs /usr/share/man/man1/shardfs-mount.
          /usr/share/bash-completion/completions/shardfs /lib/systemd/system/shardfs@.service; do
   grep -qx "$f" <<<"$files" || fail "the package lacks $f"
 done
-/usr/bin/shardfs --version | grep -q "^shardfs $version (commit " || fail "shardfs --version: $(/usr/bin/shardfs --version)"
+grep -q "^shardfs $version (commit " <<<"$(/usr/bin/shardfs --version)" || fail "shardfs --version: $(/usr/bin/shardfs --version)"
 man -w shardfs-mount >/dev/null 2>&1 || [ -e /usr/share/man/man1/shardfs-mount.1.gz ]
 say "deb installed ($(stat -c %s "$deb") bytes): $(/usr/bin/shardfs --version)"
 
@@ -84,8 +84,8 @@ say "dpkg -r and dpkg -P left nothing behind"
 whl=$(ls "$out"/shardfs-"$version"-*.whl)
 python3 -m venv "$scratch/venv"
 "$scratch/venv/bin/pip" install -q --disable-pip-version-check --no-index "$whl"
-PATH="$scratch/venv/bin:$PATH" command -v shardfs | grep -qx "$scratch/venv/bin/shardfs" || fail "the wheel put no shardfs on the venv's PATH"
-PATH="$scratch/venv/bin:$PATH" shardfs inspect examples/tiny | grep -q "^samples *48$" || fail "shardfs inspect from the wheel"
+grep -qx "$scratch/venv/bin/shardfs" <<<"$(PATH="$scratch/venv/bin:$PATH" command -v shardfs)" || fail "the wheel put no shardfs on the venv's PATH"
+grep -q "^samples *48$" <<<"$(PATH="$scratch/venv/bin:$PATH" shardfs inspect examples/tiny)" || fail "shardfs inspect from the wheel"
 mnt=$scratch/mnt-wheel
 mkdir -p "$mnt"
 PATH="$scratch/venv/bin:$PATH" shardfs mount examples/tiny "$mnt" --cache-dir "$scratch/cache-wheel"
@@ -115,7 +115,7 @@ say "image loaded ($(stat -c %s "$out/shardfs-image.tar") bytes)"
 # Inside the container: wait for the mount, then read index.json through it.
 ok=0
 for _ in $(seq 1 100); do
-  if "${podman[@]}" exec shardfs-pkgtest /usr/bin/shardfs inspect /mnt 2>/dev/null | grep -q "^samples *48$"; then ok=1; break; fi
+  if grep -q "^samples *48$" <<<"$("${podman[@]}" exec shardfs-pkgtest /usr/bin/shardfs inspect /mnt 2>/dev/null)"; then ok=1; break; fi
   sleep 0.1
 done
 [ $ok = 1 ] || { "${podman[@]}" logs shardfs-pkgtest >&2 || true; fail "the container's mount did not answer"; }
