@@ -22,16 +22,125 @@ use crate::mount::bin;
 struct Plugin {
     child: Option<Child>,
     root: PathBuf,
+    /// When set, the plugin runs in a cgroup of its own in every hierarchy, as in a container.
+    container: Option<Container>,
     _dir: tempfile::TempDir,
+}
+
+/// What a container runtime gives the plugin's container and how it stops it: a cgroup of its
+/// own in every hierarchy and a private cgroup namespace; stopping kills every process of the
+/// cgroup (cgroup.kill on v2, SIGKILL to each listed pid on v1, as runc does).
+struct Container {
+    /// `HIERARCHY/shardfs-test-ctr-N` for every cgroup hierarchy under /sys/fs/cgroup.
+    cgroups: Vec<PathBuf>,
+    /// Passed to the plugin: daemons go to `HIERARCHY/NAME` (None: the plugin is not told).
+    daemon_cgroup: Option<String>,
+}
+
+fn cgroup_hierarchies() -> Vec<PathBuf> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let found = shardfs::csi::host_cgroup::hierarchies_under(&info, Path::new("/sys/fs/cgroup"));
+    assert!(
+        !found.is_empty(),
+        "no cgroup hierarchy under /sys/fs/cgroup: the container test needs one"
+    );
+    found
+}
+
+fn unique_name(what: &str) -> String {
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("shardfs-test-{what}-{}-{n}", std::process::id())
+}
+
+impl Container {
+    fn new(daemon_cgroup: Option<String>) -> Container {
+        let name = unique_name("ctr");
+        let mut cgroups = Vec::new();
+        for h in cgroup_hierarchies() {
+            let dir = h.join(&name);
+            std::fs::create_dir_all(&dir).unwrap();
+            for f in ["cpuset.cpus", "cpuset.mems"] {
+                if dir.join(f).exists() {
+                    std::fs::write(
+                        dir.join(f),
+                        std::fs::read_to_string(h.join(f)).unwrap().trim(),
+                    )
+                    .unwrap();
+                }
+            }
+            cgroups.push(dir);
+        }
+        Container {
+            cgroups,
+            daemon_cgroup,
+        }
+    }
+
+    fn pids(&self) -> Vec<i32> {
+        let mut pids: Vec<i32> = self
+            .cgroups
+            .iter()
+            .flat_map(|c| {
+                std::fs::read_to_string(c.join("cgroup.procs"))
+                    .unwrap_or_default()
+                    .lines()
+                    .filter_map(|l| l.trim().parse().ok())
+                    .collect::<Vec<i32>>()
+            })
+            .collect();
+        pids.sort_unstable();
+        pids.dedup();
+        pids
+    }
+
+    /// Stops the container the way runc does: every process of its cgroup gets SIGKILL.
+    fn kill(&self) {
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            for c in &self.cgroups {
+                let _ = std::fs::write(c.join("cgroup.kill"), "1");
+            }
+            let pids = self.pids();
+            if pids.is_empty() {
+                return;
+            }
+            assert!(Instant::now() < deadline, "processes survive: {pids:?}");
+            for pid in pids {
+                // SAFETY: signalling processes of the cgroup this test created.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Container {
+    fn drop(&mut self) {
+        self.kill();
+        for c in &self.cgroups {
+            let _ = std::fs::remove_dir(c);
+        }
+    }
 }
 
 impl Plugin {
     fn start() -> Plugin {
+        Plugin::start_with(None)
+    }
+
+    /// A plugin inside an emulated container; with `daemon_cgroup` it gets --host-cgroupfs.
+    fn start_in_container(daemon_cgroup: Option<String>) -> Plugin {
+        Plugin::start_with(Some(Container::new(daemon_cgroup)))
+    }
+
+    fn start_with(container: Option<Container>) -> Plugin {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_path_buf();
         let mut p = Plugin {
             child: None,
             root,
+            container,
             _dir: dir,
         };
         p.spawn();
@@ -71,6 +180,38 @@ impl Plugin {
             )
             // Its own process group, as a container's processes are: kill_group reaches it all.
             .process_group(0);
+        if let Some(c) = &self.container {
+            if let Some(name) = &c.daemon_cgroup {
+                cmd.arg("--host-cgroupfs")
+                    .arg("/sys/fs/cgroup")
+                    .arg("--daemon-cgroup")
+                    .arg(name)
+                    // PID 1 stands for the host in a cluster; here the test's namespace does.
+                    .arg("--host-cgroup-namespace")
+                    .arg(format!("/proc/{}/ns/cgroup", std::process::id()));
+            }
+            let procs: Vec<std::ffi::CString> = c
+                .cgroups
+                .iter()
+                .map(|d| std::ffi::CString::new(d.join("cgroup.procs").to_str().unwrap()).unwrap())
+                .collect();
+            // SAFETY: only system calls on data prepared before the fork.
+            unsafe {
+                cmd.pre_exec(move || {
+                    for p in &procs {
+                        let fd = libc::open(p.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                        if fd < 0 || libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        libc::close(fd);
+                    }
+                    if libc::unshare(libc::CLONE_NEWCGROUP) != 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                    Ok(())
+                });
+            }
+        }
         self.child = Some(cmd.spawn().unwrap());
         let deadline = Instant::now() + Duration::from_secs(20);
         while !self.socket().exists() {
@@ -83,8 +224,12 @@ impl Plugin {
         std::fs::read_to_string(self.root.join("plugin.log")).unwrap_or_default()
     }
 
-    /// SIGKILL to the plugin's whole process group, as a container restart does.
+    /// SIGKILL to the plugin's whole process group, as a container restart does (in a
+    /// container: to every process of its cgroup).
     fn kill_group(&mut self) {
+        if let Some(c) = &self.container {
+            c.kill();
+        }
         if let Some(mut c) = self.child.take() {
             // SAFETY: signalling the process group this test created.
             unsafe { libc::kill(-(c.id() as i32), libc::SIGKILL) };
@@ -540,6 +685,77 @@ async fn csi_mounts_survive_a_killed_plugin_and_a_new_one_unpublishes_them() {
         .unwrap();
     assert!(!is_mounted(&target));
     assert!(!alive(pid));
+}
+
+/// A plugin in a container: its daemons live in a cgroup of the host, so stopping the
+/// container (every process of its cgroup killed) leaves the volume serving, and a plugin in a
+/// new container unstages it. The control: without --host-cgroupfs the daemon dies with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csi_staged_volume_survives_a_stopped_plugin_container() {
+    let dataset = fixtures().join("mds/basic");
+    let context = ctx(&[("source", dataset.to_str().unwrap()), ("shuffle", "true")]);
+    for escape in [true, false] {
+        let daemons = escape.then(|| unique_name("daemons"));
+        let mut p = Plugin::start_in_container(daemons.clone());
+        let staging = p.staging("pv-ctr");
+        let target = p.target("pod-ctr");
+        let mut node = p.node().await;
+        let stage = NodeStageVolumeRequest {
+            volume_id: "pv-ctr".into(),
+            staging_target_path: staging.to_string_lossy().into(),
+            volume_capability: mount_cap(),
+            volume_context: context.clone(),
+            ..Default::default()
+        };
+        node.node_stage_volume(stage.clone()).await.unwrap();
+        let mut req = publish("pv-ctr", &target, context.clone());
+        req.staging_target_path = staging.to_string_lossy().into();
+        node.node_publish_volume(req.clone()).await.unwrap();
+        let pid = daemon_pid(&target);
+        let in_container = p.container.as_ref().unwrap().pids();
+        assert_eq!(
+            in_container.contains(&(pid as i32)),
+            !escape,
+            "daemon {pid} vs container pids {in_container:?}: {}",
+            p.log()
+        );
+        drop(node);
+        p.kill_group();
+        if !escape {
+            assert!(!alive(pid), "the control daemon survived its container");
+            continue;
+        }
+        assert!(alive(pid), "{}", p.log());
+        check_reads(&target, &dataset);
+        // A new container with a new plugin: publish again (re-adopted), then tear down.
+        drop(p.container.replace(Container::new(daemons.clone())));
+        p.spawn();
+        let mut node = p.node().await;
+        node.node_stage_volume(stage.clone()).await.unwrap();
+        node.node_publish_volume(req).await.unwrap();
+        assert_eq!(daemon_pid(&target), pid);
+        node.node_unpublish_volume(unpublish("pv-ctr", &target))
+            .await
+            .unwrap();
+        node.node_unstage_volume(NodeUnstageVolumeRequest {
+            volume_id: "pv-ctr".into(),
+            staging_target_path: staging.to_string_lossy().into(),
+        })
+        .await
+        .unwrap();
+        assert!(!is_mounted(&staging));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(pid) {
+            assert!(
+                Instant::now() < deadline,
+                "daemon {pid} outlived its unstage"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        for h in cgroup_hierarchies() {
+            std::fs::remove_dir(h.join(daemons.as_deref().unwrap())).unwrap();
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

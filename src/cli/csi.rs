@@ -34,6 +34,18 @@ pub struct CsiArgs {
     /// its whole Node suite (tests/csi_sanity/run.sh). shardfs itself has no Controller.
     #[arg(long, hide = true)]
     pub advertise_controller_service: bool,
+    /// The host's /sys/fs/cgroup as mounted in the plugin's container (a hostPath, e.g.
+    /// /host/sys/fs/cgroup). Mount daemons then start in a cgroup of the host, so restarting
+    /// or upgrading the plugin's pod leaves them serving. Needs hostPID: true.
+    #[arg(long, value_name = "DIR")]
+    pub host_cgroupfs: Option<PathBuf>,
+    /// Name of the daemons' cgroup, created in every hierarchy under --host-cgroupfs.
+    #[arg(long, value_name = "NAME", default_value = "shardfs")]
+    pub daemon_cgroup: String,
+    /// The host's cgroup namespace, entered to move daemons on cgroup v2 (with hostPID,
+    /// PID 1's).
+    #[arg(long, value_name = "PATH", default_value = "/proc/1/ns/cgroup")]
+    pub host_cgroup_namespace: PathBuf,
 }
 
 /// The long options of `shardfs mount`: the names volume attributes may use.
@@ -61,6 +73,9 @@ pub fn run(args: CsiArgs) -> Result<()> {
         exe,
         known_flags: mount_flag_names(),
         advertise_controller_service: args.advertise_controller_service,
+        host_cgroupfs: args.host_cgroupfs,
+        daemon_cgroup: args.daemon_cgroup,
+        host_cgroup_namespace: args.host_cgroup_namespace,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

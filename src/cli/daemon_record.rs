@@ -3,8 +3,8 @@
 //!
 //! A daemon writes `RUNTIME_DIR/KEY.pid` once its mount answers and `RUNTIME_DIR/KEY.exit`
 //! (`0`, or `1 <the error>`) when it ends; KEY is derived from the absolute mountpoint.
-//! RUNTIME_DIR is `/run/shardfs` for root, `$XDG_RUNTIME_DIR/shardfs` or `/tmp/shardfs-UID`
-//! for other users.
+//! RUNTIME_DIR is `$SHARDFS_RUNTIME_DIR` when set, else `/run/shardfs` for root,
+//! `$XDG_RUNTIME_DIR/shardfs` or `/tmp/shardfs-UID` for other users.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -31,7 +31,13 @@ pub enum DaemonExit {
     StillRunning(u32),
 }
 
+/// Environment variable that overrides RUNTIME_DIR (the CSI plugin points it at its state dir).
+pub const RUNTIME_DIR_ENV: &str = "SHARDFS_RUNTIME_DIR";
+
 fn runtime_dir() -> PathBuf {
+    if let Some(dir) = std::env::var_os(RUNTIME_DIR_ENV).filter(|v| !v.is_empty()) {
+        return PathBuf::from(dir);
+    }
     // SAFETY: geteuid has no preconditions.
     let uid = unsafe { libc::geteuid() };
     if uid == 0 {

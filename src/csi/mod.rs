@@ -8,6 +8,7 @@
 //! and outlive the plugin; [`state`] records let a restarted plugin re-adopt and unpublish them.
 
 pub mod attributes;
+pub mod host_cgroup;
 pub mod identity;
 pub mod mounter;
 pub mod node;
@@ -37,6 +38,12 @@ pub enum CsiError {
         /// The OS error.
         source: std::io::Error,
     },
+    /// The host cgroup for daemons could not be prepared.
+    #[error("daemon cgroup: {0}")]
+    Cgroup(#[from] host_cgroup::CgroupError),
+    /// The plugin is PID 1 of its own PID namespace: its daemons would die with it.
+    #[error("--host-cgroupfs is set but the plugin is PID 1 of its own PID namespace, so its mount daemons would die with the container: run the DaemonSet with hostPID: true")]
+    PrivatePidNamespace,
     /// The gRPC server failed.
     #[error("gRPC server: {0}")]
     Server(#[from] tonic::transport::Error),
@@ -63,6 +70,13 @@ pub struct CsiConfig {
     pub known_flags: Vec<String>,
     /// Test only (csi-sanity with a stub controller): report CONTROLLER_SERVICE.
     pub advertise_controller_service: bool,
+    /// The host's cgroup filesystem as mounted in the plugin's container: daemons are moved
+    /// into a cgroup there so a container restart does not kill them (None: they are not).
+    pub host_cgroupfs: Option<PathBuf>,
+    /// The name of the daemons' cgroup in each hierarchy.
+    pub daemon_cgroup: String,
+    /// The host's cgroup namespace (PID 1's with hostPID).
+    pub host_cgroup_namespace: PathBuf,
 }
 
 /// The socket path of a `unix://` endpoint (`unix:///a/b` and `unix:/a/b`).
@@ -100,6 +114,24 @@ pub async fn serve(config: CsiConfig) -> Result<(), CsiError> {
         config.state_dir.display()
     )))?;
     readopt(&state);
+    let cgroup = match &config.host_cgroupfs {
+        Some(root) => {
+            if std::process::id() == 1 {
+                return Err(CsiError::PrivatePidNamespace);
+            }
+            let cg = host_cgroup::DaemonCgroup::prepare(
+                root,
+                &config.daemon_cgroup,
+                &config.host_cgroup_namespace,
+            )?;
+            tracing::info!(cgroups = ?cg.dirs(), "mount daemons start in the host cgroup, outside this container's");
+            Some(cg)
+        }
+        None => {
+            tracing::warn!("no --host-cgroupfs: mount daemons share this process's cgroup, so restarting the plugin's container stops them (fine outside a container)");
+            None
+        }
+    };
     let listener = tokio::net::UnixListener::bind(&socket)
         .map_err(io(format!("cannot listen on {}", socket.display())))?;
     let node = node::NodeService {
@@ -109,6 +141,8 @@ pub async fn serve(config: CsiConfig) -> Result<(), CsiError> {
         mounter: mounter::Mounter {
             exe: config.exe.clone(),
             timeout: config.mount_timeout,
+            cgroup,
+            runtime_dir: config.state_dir.join("daemons"),
         },
         state,
         locks: Default::default(),

@@ -3,14 +3,19 @@
 //! staged volume, and checks on what is mounted where.
 //!
 //! `shardfs mount` starts its daemon in a new session (setsid), so the daemons are not in the
-//! plugin's process group: a SIGKILL to the plugin's group (a container restart) leaves them
-//! serving. See docs/KUBERNETES.md for what that means in a cluster.
+//! plugin's process group; with a [`DaemonCgroup`] they are not in its container's cgroup
+//! either, so a container restart leaves them serving. See docs/KUBERNETES.md.
 
 use std::collections::BTreeMap;
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
+
+use super::host_cgroup::DaemonCgroup;
+
+/// The variable `shardfs mount`/`unmount` read for where daemon records live.
+const RUNTIME_DIR_ENV: &str = "SHARDFS_RUNTIME_DIR";
 
 /// Why a mount operation failed.
 #[derive(Debug, thiserror::Error)]
@@ -43,6 +48,11 @@ pub struct Mounter {
     pub exe: PathBuf,
     /// How long `shardfs mount` may take before it is killed.
     pub timeout: Duration,
+    /// The host cgroup daemons start in (None: the plugin's own).
+    pub cgroup: Option<DaemonCgroup>,
+    /// Where daemons record their pid and exit (`SHARDFS_RUNTIME_DIR`): in the state dir on
+    /// the host, so a restarted plugin's `shardfs unmount` finds the records of the old one.
+    pub runtime_dir: PathBuf,
 }
 
 impl Mounter {
@@ -64,11 +74,22 @@ impl Mounter {
             .arg("--allow-other")
             .args(flags)
             .envs(env)
+            .env(RUNTIME_DIR_ENV, &self.runtime_dir)
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::piped())
             .kill_on_drop(true);
-        let child = cmd.spawn().map_err(io("cannot start shardfs mount"))?;
+        let what = match &self.cgroup {
+            Some(cg) => format!(
+                "cannot start shardfs mount in the daemon cgroup {:?}",
+                cg.dirs()
+            ),
+            None => "cannot start shardfs mount".to_string(),
+        };
+        if let Some(cg) = &self.cgroup {
+            cg.apply(&mut cmd);
+        }
+        let child = cmd.spawn().map_err(io(what))?;
         let out = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {
             Ok(out) => out.map_err(io("shardfs mount"))?,
             Err(_) => return Err(MountError::Timeout(self.timeout)),
@@ -92,6 +113,7 @@ impl Mounter {
             .arg(target)
             .arg("--timeout")
             .arg("30")
+            .env(RUNTIME_DIR_ENV, &self.runtime_dir)
             .stdin(std::process::Stdio::null())
             .output()
             .await
