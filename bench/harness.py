@@ -441,6 +441,37 @@ class Runner:
                     self.status = json.load(f)
             except (OSError, ValueError):
                 pass
+            # The names and sizes of the warm pass, for the null-FUSE ceiling below.
+            epoch1 = os.path.join(mnt, "rank-0", "epoch-1")
+            null_manifest = os.path.join(self.workdir, "null-fuse-manifest.txt")
+            with open(null_manifest, "w") as f:
+                for n in sorted(os.listdir(epoch1)):
+                    f.write(f"rank-0/epoch-1/{n}\t{os.stat(os.path.join(epoch1, n)).st_size}\n")
+        finally:
+            self.fuse_done(p, mnt)
+        self.null_fuse(null_manifest)
+
+    def null_fuse(self, manifest):
+        """This machine's FUSE ceiling: the warm pass's names and sizes served from memory
+        by bench/null_fuse.rs with shardfs's kernel options and FUSE thread count."""
+        binary = self.bins.get("null_fuse")
+        if not binary or not os.path.exists(binary):
+            return self.skipped("null-fuse", "bench-null-fuse not built")
+        threads = "8"
+        for a, b in zip(self.args.shardfs_arg, self.args.shardfs_arg[1:] + [""]):
+            if a.startswith("--fuse-threads="):
+                threads = a.split("=", 1)[1]
+            elif a == "--fuse-threads" and b:
+                threads = b
+        mnt = os.path.join(self.workdir, "mnt-null")
+        p = self.fuse_mount("null-fuse", [binary, "--manifest", manifest, "--threads", threads, mnt],
+                            mnt)
+        try:
+            self.prepare("warm", None)
+            self.read("null-fuse", "warm",
+                      lambda: sample_list_shardfs(os.path.join(mnt, "rank-0", "epoch-1")),
+                      serve_pid=p.pid,
+                      extra={"note": "FUSE ceiling: same names/sizes from memory"})
         finally:
             self.fuse_done(p, mnt)
 

@@ -29,7 +29,7 @@ profile="${BENCH_PROFILE:-$([ "$smoke" = 1 ] && echo debug || echo release)}"
 target="${CARGO_TARGET_DIR:-$repo/target}"
 if [ "$profile" = debug ]; then cargo_profile=(--profile dev); else cargo_profile=(--profile "$profile"); fi
 (cd "$repo" && cargo build --quiet "${cargo_profile[@]}" --bin shardfs \
-  --example bench-s3-server --example bench-gen)
+  --example bench-s3-server --example bench-gen --example bench-null-fuse)
 bin="$target/$profile"
 
 # Module micro-benchmarks: every [[bench]] target of Cargo.toml (harness = false programs that
@@ -48,6 +48,7 @@ case " $* " in *" --micro "*|*" --only-micro "*)
   fi
   micro="{$micro}" ;;
 esac
-bins=$(printf '{"shardfs":"%s","server":"%s","gen":"%s","micro":%s}' \
-  "$bin/shardfs" "$bin/examples/bench-s3-server" "$bin/examples/bench-gen" "$micro")
+bins=$(printf '{"shardfs":"%s","server":"%s","gen":"%s","null_fuse":"%s","micro":%s}' \
+  "$bin/shardfs" "$bin/examples/bench-s3-server" "$bin/examples/bench-gen" \
+  "$bin/examples/bench-null-fuse" "$micro")
 exec python3 "$here/harness.py" --bins "$bins" --venv "$venv" "${args[@]}"

@@ -97,6 +97,9 @@ enum Slot {
         bytes: u64,
         pins: u32,
         last_use: u64,
+        /// The cached file, opened on first read and kept open while the shard is resident
+        /// (a read then costs no open/close).
+        file: Option<Arc<File>>,
     },
 }
 
@@ -252,6 +255,7 @@ impl ShardCache {
                         bytes: size,
                         pins: 0,
                         last_use: clock,
+                        file: None,
                     };
                     usage += size;
                 }
@@ -417,18 +421,37 @@ impl ShardCache {
         Ok(false)
     }
 
+    /// The open file of resident `shard`: the one kept in its slot, else opened now and kept.
+    /// A kept file whose name was unlinked behind our back is dropped and the path reopened.
+    fn resident_file(
+        &self,
+        shard: usize,
+        path: &std::path::Path,
+    ) -> std::io::Result<(Arc<File>, std::fs::Metadata)> {
+        use std::os::unix::fs::MetadataExt;
+        let kept = match self.lock().slots.get(shard) {
+            Some(Slot::Resident { file: Some(f), .. }) => Some(f.clone()),
+            _ => None,
+        };
+        if let Some(f) = kept {
+            match f.metadata() {
+                Ok(m) if m.nlink() > 0 => return Ok((f, m)),
+                _ => tracing::debug!(shard, "cached file was unlinked; reopening its path"),
+            }
+        }
+        let f = Arc::new(File::open(path)?);
+        let meta = f.metadata()?;
+        if let Some(Slot::Resident { file, .. }) = self.lock().slots.get_mut(shard) {
+            *file = Some(f.clone());
+        }
+        Ok((f, meta))
+    }
+
     fn get_checked(self: &Arc<Self>, shard: usize) -> Result<Option<ShardHandle>, CacheError> {
         self.acquire(shard, true, RoomWait::Wait)?;
         let path = self.shard_path(shard)?;
-        match File::open(&path) {
-            Ok(f) => {
-                let meta = match f.metadata() {
-                    Ok(m) => m,
-                    Err(e) => {
-                        self.unpin(shard);
-                        return Err(CacheError::io("stat", path, e));
-                    }
-                };
+        match self.resident_file(shard, &path) {
+            Ok((f, meta)) => {
                 match self.verify_file(shard, &f, &meta) {
                     Ok(true) => {}
                     Ok(false) => {
@@ -446,12 +469,12 @@ impl ShardCache {
                 Ok(Some(ShardHandle {
                     cache: self.clone(),
                     shard,
-                    file: Arc::new(f),
+                    file: f,
                     len,
                 }))
             }
             Err(e) => {
-                // Deleted behind our back: forget it so the next call refetches.
+                // Deleted (or unreadable) behind our back: forget it so the next call refetches.
                 self.unpin(shard);
                 self.forget(shard);
                 Err(CacheError::io("open", path, e))
@@ -661,6 +684,7 @@ impl ShardCache {
                                 bytes: *bytes,
                                 pins: u32::from(pin),
                                 last_use,
+                                file: None,
                             };
                             st.usage = st.usage.saturating_add(*bytes);
                             drop(st);
@@ -732,6 +756,7 @@ impl ShardCache {
                     bytes,
                     pins,
                     last_use,
+                    ..
                 } = s
                 {
                     if *pins == 0 {

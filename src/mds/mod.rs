@@ -27,7 +27,7 @@ pub use hash::{hash_hex, verify_hashes, HASH_ALGOS};
 pub use index::{
     validate_basename, Algo, Column, Compression, FileRef, Index, ShardEntry, INDEX_FILE,
 };
-pub use render::{extension, render, rendered_len};
+pub use render::{extension, render, render_range, rendered_len};
 pub use sample::split_sample;
 pub use shard::{header_len, ShardHeader, ShardView};
 pub use writer::{Writer, WriterConfig};

@@ -43,10 +43,12 @@ pub struct CachedShards(pub Arc<ShardCache>);
 
 impl ShardStore for CachedShards {
     fn sample(&self, shard: usize, i: u32) -> Result<Bytes, String> {
-        // Fill (and verify) the whole shard first: the memory tier may hold this sample from a
-        // ranged read for `stat`, which no hash covers.
-        self.0.ensure(shard).map_err(|e| e.to_string())?;
-        self.0.sample(shard, i).map_err(|e| e.to_string())
+        // Fill (and verify) the whole shard first (`get`): the memory tier may hold this sample
+        // from a ranged read for `stat`, which no hash covers.
+        self.0
+            .get(shard)
+            .and_then(|h| h.sample(i))
+            .map_err(|e| e.to_string())
     }
     fn sample_for_size(&self, shard: usize, i: u32) -> Result<Bytes, String> {
         self.0.sample_direct(shard, i).map_err(|e| e.to_string())
@@ -157,14 +159,15 @@ impl MdsDataset {
         (local < stream.index.shards().len()).then_some((stream, local))
     }
 
-    /// Calls `f` with the raw bytes of column `column` of `sample` and its encoding;
-    /// `for_size` allows a ranged read instead of a whole-shard fetch.
+    /// Calls `f` with the stored bytes of column `column` of `sample` (a view of the cached
+    /// sample, no copy) and its encoding; `for_size` allows a ranged read instead of a
+    /// whole-shard fetch.
     fn with_column<T>(
         &self,
         sample: u64,
         column: u32,
         for_size: bool,
-        f: impl FnOnce(&mds::Encoding, &[u8]) -> Result<T, mds::MdsError>,
+        f: impl FnOnce(&mds::Encoding, &Bytes) -> Result<T, mds::MdsError>,
     ) -> Result<T, SourceError> {
         let (stream, shard, i) = self.locate(sample).ok_or(SourceError::Missing)?;
         let entry = stream
@@ -191,10 +194,11 @@ impl MdsDataset {
             .get(column as usize)
             .cloned()
             .ok_or(SourceError::Missing)?;
-        let raw = raw_sample
-            .get(r)
-            .ok_or_else(|| fail(format!("column {column} of sample {i} out of bounds")))?;
-        f(enc, raw).map_err(|e| fail(format!("sample {i} column {column}: {e}")))
+        if r.start > r.end || r.end > raw_sample.len() {
+            return Err(fail(format!("column {column} of sample {i} out of bounds")));
+        }
+        let raw = raw_sample.slice(r);
+        f(enc, &raw).map_err(|e| fail(format!("sample {i} column {column}: {e}")))
     }
 
     fn resident(&self, sample: u64) -> bool {
@@ -242,31 +246,24 @@ impl SampleSource for MdsDataset {
     }
 
     fn file_size(&self, sample: u64, column: u32) -> Result<u64, SourceError> {
-        self.with_column(sample, column, !self.resident(sample), mds::rendered_len)
+        self.with_column(sample, column, !self.resident(sample), |enc, raw| {
+            mds::rendered_len(enc, raw)
+        })
     }
 
     fn file_size_now(&self, sample: u64, column: u32) -> Option<u64> {
         if !self.resident(sample) {
             return None;
         }
-        self.with_column(sample, column, false, mds::rendered_len)
-            .ok()
+        self.with_column(sample, column, false, |enc, raw| {
+            mds::rendered_len(enc, raw)
+        })
+        .ok()
     }
 
-    fn read(
-        &self,
-        sample: u64,
-        column: u32,
-        offset: u64,
-        size: u32,
-    ) -> Result<Vec<u8>, SourceError> {
+    fn read(&self, sample: u64, column: u32, offset: u64, size: u32) -> Result<Bytes, SourceError> {
         self.with_column(sample, column, false, |enc, raw| {
-            let file = mds::render(enc, raw)?;
-            let start = usize::try_from(offset)
-                .unwrap_or(usize::MAX)
-                .min(file.len());
-            let end = start.saturating_add(size as usize).min(file.len());
-            Ok(file[start..end].to_vec())
+            mds::render_range(enc, raw, offset, size as usize)
         })
     }
 

@@ -1,6 +1,8 @@
 //! The filesystem core: lookups, attributes, paged listings and reads over computed names.
 
 use std::sync::Arc;
+
+use bytes::Bytes;
 use std::time::{Instant, SystemTime};
 
 use super::error::VfsError;
@@ -62,14 +64,14 @@ pub struct VfsConfig {
 pub struct Vfs {
     source: Arc<dyn SampleSource>,
     readahead: Arc<Readahead>,
-    index_json: Vec<u8>,
+    index_json: Bytes,
     config: VfsConfig,
     errors: ErrorLog,
     mounted_at: SystemTime,
     started: Instant,
     /// The `status.json` bytes as of the last `getattr`: reads serve this snapshot, so the
     /// content always matches the size the kernel was given.
-    status_snapshot: std::sync::Mutex<(Arc<Vec<u8>>, SystemTime)>,
+    status_snapshot: std::sync::Mutex<(Bytes, SystemTime)>,
 }
 
 const FIRST_FILE_OFFSET: u64 = 3;
@@ -87,12 +89,12 @@ impl Vfs {
         Self {
             source,
             readahead,
-            index_json,
+            index_json: Bytes::from(index_json),
             config,
             errors: ErrorLog::default(),
             mounted_at: SystemTime::now(),
             started: Instant::now(),
-            status_snapshot: std::sync::Mutex::new((Arc::new(Vec::new()), SystemTime::UNIX_EPOCH)),
+            status_snapshot: std::sync::Mutex::new((Bytes::new(), SystemTime::UNIX_EPOCH)),
         }
     }
 
@@ -220,7 +222,7 @@ impl Vfs {
             Node::Fixed(Fixed::IndexJson) => Ok(self.file_attr(ino, self.index_json.len() as u64)),
             Node::Fixed(Fixed::StatusJson) => {
                 let now = SystemTime::now();
-                let snapshot = Arc::new(self.status_json());
+                let snapshot = Bytes::from(self.status_json());
                 let size = snapshot.len() as u64;
                 *self
                     .status_snapshot
@@ -420,14 +422,14 @@ impl Vfs {
     }
 
     /// Reads up to `size` bytes of file `ino` from `offset`.
-    pub fn read(&self, ino: Ino, offset: u64, size: u32) -> Result<Vec<u8>, VfsError> {
+    pub fn read(&self, ino: Ino, offset: u64, size: u32) -> Result<Bytes, VfsError> {
         let node = Node::from_ino(ino).ok_or(VfsError::NotFound)?;
-        let slice = |bytes: &[u8]| {
+        let slice = |bytes: &Bytes| {
             let start = usize::try_from(offset)
                 .unwrap_or(usize::MAX)
                 .min(bytes.len());
             let end = start.saturating_add(size as usize).min(bytes.len());
-            bytes[start..end].to_vec()
+            bytes.slice(start..end)
         };
         match node {
             Node::Fixed(Fixed::IndexJson) => Ok(slice(&self.index_json)),
@@ -459,7 +461,7 @@ impl Vfs {
         col: ColumnNo,
         offset: u64,
         size: u32,
-    ) -> Result<Vec<u8>, VfsError> {
+    ) -> Result<Bytes, VfsError> {
         let resident = self
             .source
             .shard_of(sample)

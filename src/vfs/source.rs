@@ -3,6 +3,8 @@
 //! The vfs is written against this trait so that it can be driven by an in-memory dataset in
 //! tests and by the MDS shard cache when mounted.
 
+use bytes::Bytes;
+
 use crate::readahead::ShardSource;
 
 /// One column as it appears in file names: `NNNNNNNN.{name}.{ext}`.
@@ -48,14 +50,9 @@ pub trait SampleSource: ShardSource {
     fn file_size(&self, sample: u64, column: u32) -> Result<u64, SourceError>;
     /// The size when it is known without waiting for the store, else `None`.
     fn file_size_now(&self, sample: u64, column: u32) -> Option<u64>;
-    /// Up to `size` bytes of the column file from `offset`.
-    fn read(
-        &self,
-        sample: u64,
-        column: u32,
-        offset: u64,
-        size: u32,
-    ) -> Result<Vec<u8>, SourceError>;
+    /// Up to `size` bytes of the column file from `offset` (a view of the cached sample's
+    /// bytes where the file is stored as is: no copy).
+    fn read(&self, sample: u64, column: u32, offset: u64, size: u32) -> Result<Bytes, SourceError>;
     /// Live counters of the store and cache for `status.json`.
     fn status(&self) -> serde_json::Value;
 }

@@ -56,7 +56,7 @@ impl SampleSource for Memory {
         column: u32,
         offset: u64,
         size: u32,
-    ) -> Result<Vec<u8>, SourceError> {
+    ) -> Result<bytes::Bytes, SourceError> {
         if Some(self.shard_of(sample).ok_or(SourceError::Missing)?) == self.broken_shard {
             return Err(SourceError::Shard {
                 shard: "shard.00001.mds".into(),
@@ -66,7 +66,7 @@ impl SampleSource for Memory {
         let b = Self::bytes(sample, column);
         let start = (offset as usize).min(b.len());
         let end = start.saturating_add(size as usize).min(b.len());
-        Ok(b[start..end].to_vec())
+        Ok(bytes::Bytes::copy_from_slice(&b[start..end]))
     }
     fn status(&self) -> serde_json::Value {
         serde_json::json!({"fetches": self.fetches.load(Relaxed)})
@@ -183,7 +183,7 @@ fn root_lists_fixed_entries_and_served_ranks() {
         .collect();
     assert_eq!(rank, [".", "..", "epoch-0", "epoch-1"]);
     let idx = path(&v, "index.json").unwrap();
-    assert_eq!(v.read(idx.ino, 0, 1000).unwrap(), b"{\"shards\": []}");
+    assert_eq!(&v.read(idx.ino, 0, 1000).unwrap()[..], b"{\"shards\": []}");
 }
 
 #[test]
@@ -219,8 +219,8 @@ fn files_have_exact_sizes_and_partial_reads() {
     let v = vfs(40, vec![0], 1, None);
     let f = path(&v, "samples/00000035.b.c.txt").unwrap();
     assert_eq!(f.size, 4);
-    assert_eq!(v.read(f.ino, 1, 2).unwrap(), b"53");
-    assert_eq!(v.read(f.ino, 10, 2).unwrap(), b"");
+    assert_eq!(&v.read(f.ino, 1, 2).unwrap()[..], b"53");
+    assert_eq!(&v.read(f.ino, 10, 2).unwrap()[..], b"");
     // sample 36 has one column only
     assert_eq!(
         path(&v, "samples/00000036.b.c.txt").unwrap_err().errno(),

@@ -226,6 +226,11 @@ fn exercise(index: &Index, bytes: &[u8]) {
     for enc in all_encodings() {
         let r = mds::render(&enc, bytes);
         let l = mds::rendered_len(&enc, bytes);
+        let whole = mds::render_range(&enc, &bytes::Bytes::copy_from_slice(bytes), 0, usize::MAX);
+        assert_eq!(
+            r.as_ref().ok().map(|r| r.to_vec()),
+            whole.ok().map(|w| w.to_vec())
+        );
         assert_eq!(
             r.as_ref().ok().map(|r| r.len() as u64),
             l.as_ref().ok().copied()

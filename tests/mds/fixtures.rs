@@ -72,6 +72,27 @@ fn every_sample_and_column_matches_expected() {
                         mds::rendered_len(&col.encoding, bytes).unwrap(),
                         rendered.len() as u64
                     );
+                    // Any window of the file, as FUSE reads it in pieces, is that slice of it.
+                    let raw = bytes::Bytes::copy_from_slice(bytes);
+                    let n = rendered.len();
+                    for (off, len) in [
+                        (0, n),
+                        (0, 1),
+                        (n / 3, n / 2 + 1),
+                        (n.saturating_sub(5), 64),
+                        (n, 10),
+                        (n + 7, 3),
+                    ] {
+                        let got = mds::render_range(&col.encoding, &raw, off as u64, len).unwrap();
+                        let lo = off.min(n);
+                        let hi = off.saturating_add(len).min(n);
+                        assert_eq!(
+                            &got[..],
+                            &rendered[lo..hi],
+                            "{name} sample {global} column {} window {off}+{len}",
+                            col.name
+                        );
+                    }
                     let enc = col.encoding.to_string();
                     let enc = if enc.starts_with("ndarray") {
                         "ndarray"

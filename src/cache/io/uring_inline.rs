@@ -67,11 +67,11 @@ fn read_into(
     ring: &mut IoUring,
     file: &File,
     offset: u64,
-    buf: &mut [u8],
+    buf: &mut [std::mem::MaybeUninit<u8>],
 ) -> Result<usize, ReadError> {
     let sqe = opcode::Read::new(
         types::Fd(file.as_raw_fd()),
-        buf.as_mut_ptr(),
+        buf.as_mut_ptr().cast::<u8>(),
         buf.len() as u32,
     )
     .offset(offset)
@@ -105,13 +105,15 @@ impl FileReader for InlineUringReader {
     }
 
     fn read_exact_at(&self, file: &Arc<File>, offset: u64, len: usize) -> io::Result<Vec<u8>> {
-        let mut buf = vec![0u8; len];
+        // Uninitialised capacity: the kernel fills it; zero-filling first would cost a memset.
+        let mut buf: Vec<u8> = Vec::with_capacity(len);
         let mut done = 0;
         // Outer error: a read may be in flight; inner: an ordinary failure.
         let result: io::Result<io::Result<()>> = with_ring(|ring| {
             while done < len {
                 let end = (done + MAX_READ).min(len);
-                match read_into(ring, file, offset + done as u64, &mut buf[done..end]) {
+                let spare = &mut buf.spare_capacity_mut()[done..end];
+                match read_into(ring, file, offset + done as u64, spare) {
                     Ok(0) => {
                         let eof = io::Error::new(
                             io::ErrorKind::UnexpectedEof,
@@ -127,7 +129,11 @@ impl FileReader for InlineUringReader {
             Ok(Ok(()))
         });
         match result {
-            Ok(Ok(())) => Ok(buf),
+            Ok(Ok(())) => {
+                // SAFETY: the kernel wrote all `len` bytes (done == len).
+                unsafe { buf.set_len(len) };
+                Ok(buf)
+            }
             Ok(Err(e)) => Err(e),
             Err(e) => {
                 // Leak the buffer and this thread's ring (the kernel keeps both valid); the

@@ -19,6 +19,8 @@ use super::error::{MdsError, Result};
 use super::le::{slice_at, u32_at};
 use std::borrow::Cow;
 
+use bytes::Bytes;
+
 /// The file extension (without dot) of a column's files: the one table of extensions.
 pub fn extension(enc: &Encoding) -> &'static str {
     match enc {
@@ -164,6 +166,50 @@ pub fn render<'a>(enc: &Encoding, raw: &'a [u8]) -> Result<Cow<'a, [u8]>> {
             Cow::Owned(tar::write_tar(members))
         }
     })
+}
+
+/// Bytes `offset..offset + len` of [`render`]'s output (clamped to its end), built without
+/// copying where the file is stored as is: a view of `raw` for bytes, strings, images and the
+/// data part of an `.npy`; only the `.npy` header, numbers and archives are built.
+pub fn render_range(enc: &Encoding, raw: &Bytes, offset: u64, len: usize) -> Result<Bytes> {
+    let window = |total: usize| {
+        let start = usize::try_from(offset).unwrap_or(usize::MAX).min(total);
+        start..start.saturating_add(len).min(total)
+    };
+    match enc {
+        Encoding::Bytes | Encoding::Jpeg { .. } | Encoding::Png | Encoding::Pkl => {
+            Ok(raw.slice(window(raw.len())))
+        }
+        Encoding::Str
+        | Encoding::StrInt
+        | Encoding::StrFloat
+        | Encoding::StrDecimal
+        | Encoding::Json => {
+            utf8(enc, raw)?;
+            Ok(raw.slice(window(raw.len())))
+        }
+        Encoding::NdArray { dtype, shape } => {
+            let v = ndarray::parse(*dtype, shape.as_deref(), raw)?;
+            let header = npy::header(v.dtype.npy_descr(), &v.shape)
+                .ok_or_else(|| render_err(enc, "too many dimensions for .npy"))?;
+            let data = raw.slice_ref(v.data);
+            let w = window(header.len() + data.len());
+            if w.start >= header.len() {
+                return Ok(data.slice(w.start - header.len()..w.end - header.len()));
+            }
+            let mut out = Vec::with_capacity(w.len());
+            out.extend_from_slice(&header[w.start..w.end.min(header.len())]);
+            if w.end > header.len() {
+                out.extend_from_slice(&data[..w.end - header.len()]);
+            }
+            Ok(Bytes::from(out))
+        }
+        _ => {
+            let file = render(enc, raw)?.into_owned();
+            let w = window(file.len());
+            Ok(Bytes::from(file).slice(w))
+        }
+    }
 }
 
 /// The exact length of [`render`]'s output, computed without building it.
