@@ -9,6 +9,7 @@ pub mod cache;
 pub mod cli;
 pub mod csi;
 pub mod fuse;
+pub mod latency;
 pub mod mds;
 pub mod order;
 pub mod readahead;

@@ -583,6 +583,11 @@ impl ShardCache {
         }
     }
 
+    /// How long whole-shard downloads took so far.
+    pub fn fetch_latency(&self) -> crate::latency::LatencySnapshot {
+        self.counters.fetch_latency.snapshot()
+    }
+
     /// A snapshot of the counters.
     pub fn stats(&self) -> CacheStats {
         let c = &self.counters;
@@ -709,7 +714,9 @@ impl ShardCache {
 
     /// Downloads, verifies, decompresses and writes one shard atomically. Returns its size.
     fn fill(&self, shard: usize) -> Result<u64, CacheError> {
+        let started = Instant::now();
         let raw = self.dataset.fetch_shard(shard, self.opts.verify_attempts)?;
+        self.counters.fetch_latency.observe(started.elapsed());
         if let Ok(h) = ShardHeader::parse(&raw) {
             self.memory.put_header(shard, Arc::new(h));
         }

@@ -50,6 +50,8 @@ pub(crate) struct Counters {
     pub evictions: AtomicU64,
     pub fill_failures: AtomicU64,
     pub verify_failures: AtomicU64,
+    /// How long whole-shard downloads (with verification) took.
+    pub fetch_latency: crate::latency::LatencyHistogram,
 }
 
 impl Counters {

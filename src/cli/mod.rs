@@ -9,6 +9,7 @@ mod daemon_record;
 mod dataset;
 mod generate;
 mod inspect;
+pub mod metrics;
 mod mount;
 mod mount_options;
 mod mount_setup;

@@ -41,6 +41,9 @@ pub struct MountConfig {
     /// Threads serving FUSE requests.
     #[arg(long, default_value_t = 8)]
     pub fuse_threads: usize,
+    /// Serve Prometheus metrics at http://HOST:PORT/metrics (off by default; docs/METRICS.md).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub metrics_addr: Option<String>,
     /// Shard fetches in flight at once.
     #[arg(long, default_value_t = 8)]
     pub fetch_concurrency: usize,
@@ -109,6 +112,9 @@ pub fn check_and_mount(config: &MountConfig) -> Result<Mounted> {
     check_mountpoint(mnt)?;
     check_dev_fuse()?;
     let vfs = open_vfs(config)?;
+    if let Some(addr) = &config.metrics_addr {
+        super::metrics::serve(addr, vfs.clone())?;
+    }
     let opts = FuseOptions {
         allow_other: config.allow_other,
         threads: config.fuse_threads,

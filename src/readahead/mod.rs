@@ -131,6 +131,8 @@ struct Cursor {
     reads: AtomicU64,
     bytes: AtomicU64,
     first_read: OnceLock<Instant>,
+    /// When the current epoch's first read came and at which position (for samples/s).
+    epoch_start: Mutex<Option<(u64, Instant, u64)>>,
 }
 
 impl Cursor {
@@ -142,6 +144,7 @@ impl Cursor {
             reads: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             first_read: OnceLock::new(),
+            epoch_start: Mutex::new(None),
         }
     }
 }
@@ -248,6 +251,10 @@ impl Readahead {
         let cur_epoch = c.epoch.load(Relaxed);
         let cur = c.position.load(Relaxed);
         let moved = if cur == NO_POSITION || cur_epoch != epoch || position + JUMP_BACK < cur {
+            if cur == NO_POSITION || cur_epoch != epoch {
+                *c.epoch_start.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some((epoch, Instant::now(), position));
+            }
             c.epoch.store(epoch, Relaxed);
             c.position.store(position, Relaxed);
             true
@@ -315,6 +322,12 @@ impl Readahead {
                 let bytes = c.bytes.load(Relaxed);
                 let reads = c.reads.load(Relaxed);
                 let secs = c.first_read.get().map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
+                let epoch_rate = match *c.epoch_start.lock().unwrap_or_else(|e| e.into_inner()) {
+                    Some((_, at, from)) if pos != NO_POSITION && at.elapsed().as_secs_f64() > 0.0 => {
+                        ((pos.saturating_sub(from) + 1) as f64 / at.elapsed().as_secs_f64() * 10.0).round() / 10.0
+                    }
+                    _ => 0.0,
+                };
                 serde_json::json!({
                     "local_rank": n,
                     "epoch": c.epoch.load(Relaxed),
@@ -323,6 +336,7 @@ impl Readahead {
                     "bytes_read": bytes,
                     "bytes_per_second": if secs > 0.0 { (bytes as f64 / secs).round() } else { 0.0 },
                     "requests_per_second": if secs > 0.0 { (reads as f64 / secs * 10.0).round() / 10.0 } else { 0.0 },
+                    "samples_per_second": epoch_rate,
                 })
             })
             .collect();

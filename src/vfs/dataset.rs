@@ -74,6 +74,7 @@ impl ShardStore for CachedShards {
         if let Some(o) = v.as_object_mut() {
             o.insert("source".into(), self.0.dataset().id().source.clone().into());
             o.insert("dir".into(), self.0.dir().display().to_string().into());
+            o.insert("fetch_latency".into(), self.0.fetch_latency().to_json());
         }
         v
     }

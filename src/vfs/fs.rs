@@ -3,6 +3,8 @@
 use std::sync::Arc;
 
 use bytes::Bytes;
+
+use crate::latency::LatencyHistogram;
 use std::time::{Instant, SystemTime};
 
 use super::error::VfsError;
@@ -72,6 +74,8 @@ pub struct Vfs {
     /// The `status.json` bytes as of the last `getattr`: reads serve this snapshot, so the
     /// content always matches the size the kernel was given.
     status_snapshot: std::sync::Mutex<(Bytes, SystemTime)>,
+    /// How long sample-file reads took (from the request to the bytes, waits included).
+    read_latency: LatencyHistogram,
 }
 
 const FIRST_FILE_OFFSET: u64 = 3;
@@ -95,6 +99,7 @@ impl Vfs {
             mounted_at: SystemTime::now(),
             started: Instant::now(),
             status_snapshot: std::sync::Mutex::new((Bytes::new(), SystemTime::UNIX_EPOCH)),
+            read_latency: LatencyHistogram::default(),
         }
     }
 
@@ -443,13 +448,20 @@ impl Vfs {
                 Ok(slice(&snapshot))
             }
             Node::RankFile(r, e, p, c) => {
+                let started = Instant::now();
                 let sample = self.sample_at(r, e, p)?;
                 self.readahead.on_read(r.0 as usize, e.0, p.0);
                 let data = self.read_sample(sample, c, offset, size)?;
                 self.readahead.count_bytes(r.0 as usize, data.len() as u64);
+                self.read_latency.observe(started.elapsed());
                 Ok(data)
             }
-            Node::SampleFile(s, c) => self.read_sample(s.0, c, offset, size),
+            Node::SampleFile(s, c) => {
+                let started = Instant::now();
+                let data = self.read_sample(s.0, c, offset, size)?;
+                self.read_latency.observe(started.elapsed());
+                Ok(data)
+            }
             n if n.is_dir() => Err(VfsError::IsADirectory),
             _ => Err(VfsError::NotFound),
         }
@@ -477,17 +489,7 @@ impl Vfs {
 
     /// The current `status.json` bytes.
     pub fn status_json(&self) -> Vec<u8> {
-        let v = serde_json::json!({
-            "pid": std::process::id(),
-            "mounted_at_unix": self.mounted_at.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-            "uptime_seconds": self.started.elapsed().as_secs_f64(),
-            "ranks": self.config.global_ranks,
-            "epochs_listed": self.config.epochs_listed,
-            "samples": self.source.num_samples(),
-            "errors": self.errors.to_json(),
-            "readahead": self.readahead.status(),
-            "cache": self.source.status(),
-        });
+        let v = self.status_value();
         let mut out = serde_json::to_vec_pretty(&v).unwrap_or_default();
         // Pad with spaces to a multiple of 4 KiB: the size rarely changes between snapshots,
         // so a reader racing a refresh never sees a length that disagrees with the content.
@@ -495,5 +497,35 @@ impl Vfs {
         out.resize(padded - 1, b' ');
         out.push(b'\n');
         out
+    }
+
+    /// The scheduler's status with each rank's epoch length added (for progress views).
+    fn readahead_status(&self) -> serde_json::Value {
+        let mut v = self.readahead.status();
+        if let Some(ranks) = v["ranks"].as_array_mut() {
+            for (i, r) in ranks.iter_mut().enumerate() {
+                let epoch = r["epoch"].as_u64().unwrap_or(0);
+                if let Ok(order) = self.readahead.order(epoch, i) {
+                    r["epoch_samples"] = (order.len() as u64).into();
+                }
+            }
+        }
+        v
+    }
+
+    /// The live counters of the mount (what `status.json` holds and `/metrics` exports).
+    pub fn status_value(&self) -> serde_json::Value {
+        serde_json::json!({
+            "pid": std::process::id(),
+            "mounted_at_unix": self.mounted_at.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+            "uptime_seconds": self.started.elapsed().as_secs_f64(),
+            "ranks": self.config.global_ranks,
+            "epochs_listed": self.config.epochs_listed,
+            "samples": self.source.num_samples(),
+            "errors": self.errors.to_json(),
+            "readahead": self.readahead_status(),
+            "cache": self.source.status(),
+            "read_latency": self.read_latency.snapshot().to_json(),
+        })
     }
 }

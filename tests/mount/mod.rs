@@ -1,5 +1,6 @@
 //! Real FUSE mounts through the `shardfs` binary, checked against the fixtures.
 
+mod metrics;
 mod orders;
 
 use crate::common::{fixtures, shardfs_bin};

@@ -1,0 +1,438 @@
+//! `--metrics-addr HOST:PORT`: the mount's live counters as a Prometheus `/metrics` endpoint.
+//!
+//! Every scrape reads the same snapshot `.shardfs/status.json` shows ([`Vfs::status_value`])
+//! and encodes it with the `prometheus-client` crate (OpenMetrics text, which Prometheus
+//! scrapes natively), so the endpoint and the status file can never disagree. The server is
+//! one thread with a blocking accept loop: scrapes come every few seconds, not thousands per
+//! second. docs/METRICS.md lists every metric.
+
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::MetricType;
+use prometheus_client::registry::Registry;
+use serde_json::Value;
+
+use crate::latency::LatencySnapshot;
+use crate::vfs::Vfs;
+
+type Labels = Vec<(String, String)>;
+
+/// Where the numbers of one scrape come from.
+type StatusFn = Arc<dyn Fn() -> Value + Send + Sync>;
+
+#[derive(Clone)]
+struct StatusCollector(StatusFn);
+
+impl std::fmt::Debug for StatusCollector {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("StatusCollector")
+    }
+}
+
+/// One metric family with its samples, collected from the status before encoding.
+enum Family {
+    Counter(Vec<(Labels, f64)>),
+    Gauge(Vec<(Labels, f64)>),
+    Histogram(Vec<(Labels, LatencySnapshot)>),
+}
+
+fn label(pairs: &[(&str, &str)]) -> Labels {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn num(v: &Value) -> Option<f64> {
+    v.as_f64()
+}
+
+/// The metric families of one status snapshot: (name, help, samples), in a fixed order.
+fn families(status: &Value) -> Vec<(&'static str, &'static str, Family)> {
+    let mut out = Vec::new();
+    let streams: Vec<&Value> = status["cache"]
+        .as_array()
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    let per_stream = |field: &str| -> Vec<(Labels, f64)> {
+        streams
+            .iter()
+            .enumerate()
+            .filter_map(|(i, s)| {
+                let source = s["source"].as_str().unwrap_or("");
+                num(&s[field])
+                    .map(|v| (label(&[("stream", &i.to_string()), ("source", source)]), v))
+            })
+            .collect()
+    };
+    out.push(("shardfs_store_fetched_bytes", "Bytes downloaded from the object store (as stored: compressed shards compressed), ranged reads included.", Family::Counter(per_stream("bytes_fetched"))));
+    out.push((
+        "shardfs_store_shard_fetches",
+        "Whole shards downloaded, verified and cached.",
+        Family::Counter(per_stream("shards_fetched")),
+    ));
+    out.push((
+        "shardfs_store_ranged_fetches",
+        "Ranged requests for headers or samples of shards not on disk (stat before read).",
+        Family::Counter(per_stream("ranged_fetches")),
+    ));
+    let tiered = |memory: &str, disk: &str| -> Vec<(Labels, f64)> {
+        let mut v = Vec::new();
+        for (i, s) in streams.iter().enumerate() {
+            let source = s["source"].as_str().unwrap_or("");
+            for (tier, field) in [("memory", memory), ("disk", disk)] {
+                if let Some(x) = num(&s[field]) {
+                    v.push((
+                        label(&[
+                            ("stream", &i.to_string()),
+                            ("source", source),
+                            ("tier", tier),
+                        ]),
+                        x,
+                    ));
+                }
+            }
+        }
+        v
+    };
+    out.push(("shardfs_cache_hits", "Look-ups served by the memory tier (samples, headers) or finding the shard on the disk tier.", Family::Counter(tiered("memory_hits", "disk_hits"))));
+    out.push((
+        "shardfs_cache_misses",
+        "Look-ups the memory tier could not serve, or that had to fetch (or wait for) the shard.",
+        Family::Counter(tiered("memory_misses", "disk_misses")),
+    ));
+    out.push((
+        "shardfs_cache_evictions",
+        "Shards evicted from the disk tier to stay within the cache limit.",
+        Family::Counter(per_stream("evictions")),
+    ));
+    out.push((
+        "shardfs_cache_usage_bytes",
+        "Bytes of shards on the disk tier now.",
+        Family::Gauge(per_stream("usage_bytes")),
+    ));
+    let limits = per_stream("limit_bytes")
+        .into_iter()
+        .filter(|(_, v)| *v < u64::MAX as f64)
+        .collect();
+    out.push((
+        "shardfs_cache_limit_bytes",
+        "The disk tier's byte limit (absent when unlimited).",
+        Family::Gauge(limits),
+    ));
+    out.push((
+        "shardfs_cache_resident_shards",
+        "Shards on the disk tier now.",
+        Family::Gauge(per_stream("resident_shards")),
+    ));
+    let fetch = streams
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            let source = s["source"].as_str().unwrap_or("");
+            LatencySnapshot::from_json(&s["fetch_latency"])
+                .map(|h| (label(&[("stream", &i.to_string()), ("source", source)]), h))
+        })
+        .collect();
+    out.push((
+        "shardfs_fetch_duration_seconds",
+        "Time to download and verify one whole shard.",
+        Family::Histogram(fetch),
+    ));
+    let read = LatencySnapshot::from_json(&status["read_latency"])
+        .map(|h| vec![(Labels::new(), h)])
+        .unwrap_or_default();
+    out.push((
+        "shardfs_read_duration_seconds",
+        "Time to answer one read of a sample file, waits for its shard included.",
+        Family::Histogram(read),
+    ));
+
+    let ra = &status["readahead"];
+    let one = |v: &Value| num(v).map(|x| vec![(Labels::new(), x)]).unwrap_or_default();
+    out.push((
+        "shardfs_stalls",
+        "Reads that had to wait for their shard to arrive.",
+        Family::Counter(one(&ra["stalls"])),
+    ));
+    out.push((
+        "shardfs_stall_seconds",
+        "Total time reads waited for their shards.",
+        Family::Counter(one(&ra["stall_seconds"])),
+    ));
+    out.push((
+        "shardfs_prefetches",
+        "Shards fetched ahead of their readers by the readahead scheduler.",
+        Family::Counter(one(&ra["prefetches"])),
+    ));
+    out.push((
+        "shardfs_fetches_in_flight",
+        "Readahead fetches running now.",
+        Family::Gauge(one(&ra["fetches_in_flight"])),
+    ));
+    out.push((
+        "shardfs_fetches_pending",
+        "Readahead fetches planned and waiting for a slot.",
+        Family::Gauge(one(&ra["fetches_pending"])),
+    ));
+
+    let ranks: Vec<&Value> = ra["ranks"]
+        .as_array()
+        .map(|a| a.iter().collect())
+        .unwrap_or_default();
+    let global: Vec<u64> = status["ranks"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    let per_rank = |field: &str| -> Vec<(Labels, f64)> {
+        ranks
+            .iter()
+            .enumerate()
+            .filter_map(|(i, r)| {
+                let rank = global
+                    .get(i)
+                    .map(|g| g.to_string())
+                    .unwrap_or_else(|| i.to_string());
+                num(&r[field]).map(|v| (label(&[("rank", &rank)]), v))
+            })
+            .collect()
+    };
+    out.push((
+        "shardfs_rank_epoch",
+        "The epoch each rank is reading.",
+        Family::Gauge(per_rank("epoch")),
+    ));
+    out.push((
+        "shardfs_rank_position",
+        "The furthest position each rank has read in its epoch (samples from the epoch's start).",
+        Family::Gauge(per_rank("cursor")),
+    ));
+    out.push((
+        "shardfs_rank_epoch_samples",
+        "Samples in each rank's current epoch.",
+        Family::Gauge(per_rank("epoch_samples")),
+    ));
+    out.push((
+        "shardfs_rank_samples_per_second",
+        "Each rank's pace through its current epoch since the epoch's first read.",
+        Family::Gauge(per_rank("samples_per_second")),
+    ));
+    out.push((
+        "shardfs_rank_read_bytes",
+        "Bytes of sample files delivered to each rank.",
+        Family::Counter(per_rank("bytes_read")),
+    ));
+    out.push((
+        "shardfs_rank_reads",
+        "Read requests of sample files from each rank.",
+        Family::Counter(per_rank("requests")),
+    ));
+
+    let mut errors = Vec::new();
+    if let Some(n) = num(&status["errors"]["count"]) {
+        errors.push((label(&[("kind", "shard_unavailable")]), n));
+    }
+    let sum = |field: &str| streams.iter().filter_map(|s| num(&s[field])).sum::<f64>();
+    errors.push((label(&[("kind", "fill_failed")]), sum("fill_failures")));
+    errors.push((label(&[("kind", "verify_failed")]), sum("verify_failures")));
+    if let Some(n) = num(&ra["prefetch_errors"]) {
+        errors.push((label(&[("kind", "prefetch_failed")]), n));
+    }
+    out.push(("shardfs_errors", "Failures by kind: reads answered EIO (shard_unavailable), failed shard fills, downloads or cached files that failed verification, failed prefetches.", Family::Counter(errors)));
+    out.push((
+        "shardfs_uptime_seconds",
+        "Seconds since the mount started.",
+        Family::Gauge(one(&status["uptime_seconds"])),
+    ));
+    out
+}
+
+/// Whole numbers are written as integers (`5000`, not `5000.0`).
+fn whole(v: f64) -> Option<u64> {
+    (v >= 0.0 && v.fract() == 0.0 && v < 9.0e15).then_some(v as u64)
+}
+
+fn encode_value(kind: MetricType, v: f64, m: MetricEncoder) -> Result<(), std::fmt::Error> {
+    match (kind, whole(v)) {
+        (MetricType::Counter, Some(n)) => ConstCounter::new(n).encode(m),
+        (MetricType::Counter, None) => ConstCounter::new(v).encode(m),
+        (_, Some(n)) => ConstGauge::new(n as i64).encode(m),
+        (_, None) => ConstGauge::new(v).encode(m),
+    }
+}
+
+impl prometheus_client::collector::Collector for StatusCollector {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let status = (self.0)();
+        for (name, help, family) in families(&status) {
+            let (kind, samples, histograms) = match family {
+                Family::Counter(s) => (MetricType::Counter, s, Vec::new()),
+                Family::Gauge(s) => (MetricType::Gauge, s, Vec::new()),
+                Family::Histogram(h) => (MetricType::Histogram, Vec::new(), h),
+            };
+            let mut m = encoder.encode_descriptor(name, help, None, kind)?;
+            // A lone unlabelled sample is written without `{}`.
+            if let [(labels, v)] = &samples[..] {
+                if labels.is_empty() {
+                    encode_value(kind, *v, m)?;
+                    continue;
+                }
+            }
+            if let [(labels, h)] = &histograms[..] {
+                if labels.is_empty() {
+                    m.encode_histogram::<Labels>(h.sum_seconds, h.count, &h.buckets, None)?;
+                    continue;
+                }
+            }
+            for (labels, v) in samples {
+                encode_value(kind, v, m.encode_family(&labels)?)?;
+            }
+            for (labels, h) in histograms {
+                m.encode_family(&labels)?.encode_histogram::<Labels>(
+                    h.sum_seconds,
+                    h.count,
+                    &h.buckets,
+                    None,
+                )?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The OpenMetrics text of one status snapshot.
+pub fn render(status: Value) -> String {
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(StatusCollector(Arc::new(move || status.clone()))));
+    let mut out = String::new();
+    // Writing into a String cannot fail.
+    let _ = prometheus_client::encoding::text::encode(&mut out, &registry);
+    out
+}
+
+/// Binds `addr` and serves `/metrics` for `vfs` on a background thread. Binding happens here,
+/// so a bad or busy address fails the mount with a clear error.
+pub fn serve(addr: &str, vfs: Arc<Vfs>) -> Result<SocketAddr> {
+    let listener =
+        TcpListener::bind(addr).with_context(|| format!("--metrics-addr {addr}: cannot listen"))?;
+    let local = listener.local_addr().context("metrics listener address")?;
+    let mut registry = Registry::default();
+    registry.register_collector(Box::new(StatusCollector(Arc::new(move || {
+        vfs.status_value()
+    }))));
+    let registry = Arc::new(registry);
+    std::thread::Builder::new()
+        .name("metrics".into())
+        .spawn(move || {
+            for conn in listener.incoming() {
+                match conn {
+                    Ok(stream) => {
+                        if let Err(e) = answer(stream, &registry) {
+                            tracing::debug!(error = %e, "metrics request failed");
+                        }
+                    }
+                    Err(e) => tracing::warn!(error = %e, "metrics endpoint: accept failed"),
+                }
+            }
+        })
+        .context("cannot start the metrics thread")?;
+    tracing::info!(addr = %local, "serving Prometheus metrics at /metrics");
+    Ok(local)
+}
+
+/// Reads one HTTP request head and answers it (connection closed after each answer).
+fn answer(mut stream: TcpStream, registry: &Registry) -> std::io::Result<()> {
+    stream.set_read_timeout(Some(Duration::from_secs(5)))?;
+    stream.set_write_timeout(Some(Duration::from_secs(5)))?;
+    let mut head = Vec::with_capacity(1024);
+    let mut buf = [0u8; 1024];
+    while !head.windows(4).any(|w| w == b"\r\n\r\n") && head.len() < 16 * 1024 {
+        let n = stream.read(&mut buf)?;
+        if n == 0 {
+            break;
+        }
+        head.extend_from_slice(&buf[..n]);
+    }
+    let line = String::from_utf8_lossy(&head);
+    let mut parts = line.split_whitespace();
+    let (method, path) = (parts.next().unwrap_or(""), parts.next().unwrap_or(""));
+    let path = path.split('?').next().unwrap_or("");
+    let (status, ctype, body) = match (method, path) {
+        ("GET", "/metrics") | ("HEAD", "/metrics") => {
+            let mut body = String::new();
+            let _ = prometheus_client::encoding::text::encode(&mut body, registry);
+            (
+                "200 OK",
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+                body,
+            )
+        }
+        ("GET", "/") | ("HEAD", "/") => (
+            "200 OK",
+            "text/plain; charset=utf-8",
+            "shardfs: metrics at /metrics\n".to_string(),
+        ),
+        ("GET", _) | ("HEAD", _) => ("404 Not Found", "text/plain", "not found\n".into()),
+        _ => ("405 Method Not Allowed", "text/plain", "GET only\n".into()),
+    };
+    let mut reply = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+        body.len()
+    )
+    .into_bytes();
+    if method != "HEAD" {
+        reply.extend_from_slice(body.as_bytes());
+    }
+    stream.write_all(&reply)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_becomes_openmetrics_text() {
+        let h = crate::latency::LatencyHistogram::default();
+        h.observe(Duration::from_millis(3));
+        let status = serde_json::json!({
+            "uptime_seconds": 12.5,
+            "ranks": [3],
+            "errors": {"count": 2, "recent": []},
+            "readahead": {"stalls": 4, "stall_seconds": 1.5, "prefetches": 9, "prefetch_errors": 0,
+                          "fetches_in_flight": 1, "fetches_pending": 0,
+                          "ranks": [{"local_rank": 0, "epoch": 1, "cursor": 42, "epoch_samples": 100,
+                                     "samples_per_second": 7.5, "bytes_read": 1000, "requests": 10}]},
+            "cache": [{"source": "s3://b/p", "bytes_fetched": 5000, "shards_fetched": 2,
+                       "ranged_fetches": 1, "memory_hits": 3, "memory_misses": 4, "disk_hits": 5,
+                       "disk_misses": 6, "evictions": 0, "usage_bytes": 4000,
+                       "limit_bytes": u64::MAX, "resident_shards": 2, "fill_failures": 1,
+                       "verify_failures": 0, "fetch_latency": h.snapshot().to_json()}],
+            "read_latency": h.snapshot().to_json(),
+        });
+        let text = render(status);
+        for want in [
+            "# TYPE shardfs_store_fetched_bytes counter",
+            "shardfs_store_fetched_bytes_total{stream=\"0\",source=\"s3://b/p\"} 5000",
+            "shardfs_cache_hits_total{stream=\"0\",source=\"s3://b/p\",tier=\"disk\"} 5",
+            "shardfs_rank_position{rank=\"3\"} 42",
+            "shardfs_rank_samples_per_second{rank=\"3\"} 7.5",
+            "shardfs_errors_total{kind=\"shard_unavailable\"} 2",
+            "shardfs_errors_total{kind=\"fill_failed\"} 1",
+            "shardfs_read_duration_seconds_bucket{le=\"0.004096\"} 1",
+            "shardfs_read_duration_seconds_count 1",
+            "shardfs_stall_seconds_total 1.5",
+            "# EOF",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in:\n{text}");
+        }
+        // An unlimited cache has no limit sample.
+        assert!(!text.contains("shardfs_cache_limit_bytes{"), "{text}");
+    }
+}
