@@ -39,10 +39,23 @@ pub const VERSION: &str = concat!(
 )]
 pub struct Cli {
     /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
-    #[arg(long, global = true, default_value = "warn")]
+    #[arg(long, global = true, env = "SHARDFS_LOG_LEVEL", default_value = "warn")]
     pub log_level: String,
+    /// Log line format: text for people, json (one object per line: timestamp, level,
+    /// target, message and fields) for log collectors.
+    #[arg(long, global = true, env = "SHARDFS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
+    pub log_format: LogFormat,
     #[command(subcommand)]
     command: Command,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
 }
 
 #[derive(Debug, Subcommand)]
@@ -70,7 +83,17 @@ enum Command {
 /// Entry point of the `shardfs` binary: parse, run, and map errors to one line and exit code 1.
 pub fn main() -> ExitCode {
     let cli = Cli::parse_from(mount_options::expand(std::env::args_os().collect()));
-    init_logging(&cli.log_level);
+    init_logging(&cli.log_level, cli.log_format);
+    // Daemons and mounts this process starts (background mounts, the CSI plugin's) log alike.
+    // SAFETY: still single-threaded here; nothing reads the environment concurrently.
+    std::env::set_var("SHARDFS_LOG_LEVEL", &cli.log_level);
+    std::env::set_var(
+        "SHARDFS_LOG_FORMAT",
+        match cli.log_format {
+            LogFormat::Text => "text",
+            LogFormat::Json => "json",
+        },
+    );
     let result = match cli.command {
         Command::Inspect(a) => inspect::run(a),
         Command::Cat(a) => cat::run(a),
@@ -90,12 +113,16 @@ pub fn main() -> ExitCode {
     }
 }
 
-fn init_logging(level: &str) {
+fn init_logging(level: &str, format: LogFormat) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new(level));
-    let _ = tracing_subscriber::fmt()
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .try_init();
+        .with_writer(std::io::stderr);
+    let _ = match format {
+        LogFormat::Text => builder
+            .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
+            .try_init(),
+        LogFormat::Json => builder.json().with_current_span(false).try_init(),
+    };
 }

@@ -714,3 +714,26 @@ fn credentials_never_reach_logs_status_or_error_messages() {
         }
     }
 }
+
+#[test]
+fn log_format_json_writes_one_object_per_line_to_the_daemon_log() {
+    let m = Mount::new(
+        fixtures().join("mds/basic").to_str().unwrap(),
+        &["--log-format", "json", "--log-level", "info"],
+    );
+    for name in m.list("rank-0/epoch-0").iter().take(5) {
+        std::fs::read(m.mnt.join("rank-0/epoch-0").join(name)).unwrap();
+    }
+    let log = std::fs::read_to_string(m.cache.join("shardfs.log")).unwrap();
+    drop(m);
+    let lines: Vec<&str> = log.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert!(lines.len() >= 2, "{log}");
+    let mut messages = Vec::new();
+    for l in lines {
+        let v: serde_json::Value =
+            serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+        assert!(v["timestamp"].is_string() && v["level"].is_string(), "{l}");
+        messages.push(v["fields"]["message"].as_str().unwrap_or("").to_string());
+    }
+    assert!(messages.iter().any(|m| m == "mounted"), "{messages:?}");
+}
