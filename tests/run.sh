@@ -2,7 +2,8 @@
 # Runs every test of shardfs on a fresh machine, with nothing beside the clone.
 #
 # It installs what the tests need and is missing, then runs `cargo test --locked`:
-#   - the fuse3 package (fusermount3, /etc/fuse.conf) through apt-get, as root or with sudo;
+#   - the fuse3 package (fusermount3, /etc/fuse.conf), curl and `script` (bsdutils, for a
+#     terminal in the live-status test) through apt-get, as root or with sudo;
 #   - a Python venv with the moto S3 server, boto3 and numpy, cached in
 #     ${SHARDFS_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/shardfs-test-venv} and rebuilt when
 #     the list below changes.
@@ -17,6 +18,7 @@ say() { printf '== %s\n' "$*" >&2; }
 need_pkgs=()
 command -v fusermount3 >/dev/null 2>&1 || need_pkgs+=(fuse3)
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
+command -v script >/dev/null 2>&1 || need_pkgs+=(bsdutils)
 if [ ! -e /dev/fuse ]; then
   echo "tests/run.sh: /dev/fuse is missing: the mount tests need FUSE (modprobe fuse, or run the container with --device /dev/fuse)" >&2
   exit 1

@@ -15,6 +15,7 @@ mod mount_options;
 mod mount_setup;
 mod order;
 pub mod ordering;
+mod status;
 pub mod store_args;
 
 pub use csi::mount_flag_names;
@@ -72,6 +73,8 @@ enum Command {
     Unmount(mount::UnmountArgs),
     /// Run the Kubernetes CSI node plugin (gRPC on a unix socket).
     Csi(csi::CsiArgs),
+    /// Show a live view of a mount: per-rank progress, cache, fetches, stalls, errors.
+    Status(status::StatusArgs),
     /// Write the man pages into DIR (for packagers).
     #[command(hide = true)]
     GenerateMan(generate::GenerateArgs),
@@ -101,6 +104,7 @@ pub fn main() -> ExitCode {
         Command::Mount(a) => mount::run(a),
         Command::Unmount(a) => mount::run_unmount(a),
         Command::Csi(a) => csi::run(a),
+        Command::Status(a) => status::run(a),
         Command::GenerateMan(a) => generate::man(a),
         Command::GenerateCompletions(a) => generate::completions(a),
     };

@@ -2,6 +2,7 @@
 
 mod metrics;
 mod orders;
+mod status;
 
 use crate::common::{fixtures, shardfs_bin};
 use base64::Engine;

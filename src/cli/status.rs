@@ -1,0 +1,299 @@
+//! `shardfs status MOUNTPOINT [--once|--json]`: a live view of a running mount, read from
+//! its `.shardfs/status.json` — one progress bar per rank through its current epoch with
+//! samples/s, then the cache against its limit, fetch throughput, stalls and the last errors.
+//! `--once` prints the same view as text one time; `--json` prints the status as JSON.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context, Result};
+use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
+use serde_json::Value;
+
+/// Arguments of `shardfs status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// The shardfs mountpoint.
+    pub mountpoint: PathBuf,
+    /// Print the view once (as text) and exit.
+    #[arg(long, conflicts_with = "json")]
+    pub once: bool,
+    /// Print the mount's status as JSON and exit.
+    #[arg(long)]
+    pub json: bool,
+    /// Seconds between refreshes of the live view.
+    #[arg(long, value_name = "SECONDS", default_value_t = 1.0)]
+    pub interval: f64,
+}
+
+fn read_status(mountpoint: &Path) -> Result<Value> {
+    let path = mountpoint.join(".shardfs/status.json");
+    let bytes = std::fs::read(&path).with_context(|| {
+        format!(
+            "cannot read {} (is {} a shardfs mount?)",
+            path.display(),
+            mountpoint.display()
+        )
+    })?;
+    serde_json::from_slice(&bytes).with_context(|| format!("{} is not JSON", path.display()))
+}
+
+/// `1.2 GB`-style sizes (decimal units, like the rest of the CLI's output).
+pub fn human_bytes(n: f64) -> String {
+    const UNITS: [&str; 6] = ["B", "kB", "MB", "GB", "TB", "PB"];
+    let mut v = n.max(0.0);
+    let mut u = 0;
+    while v >= 1000.0 && u + 1 < UNITS.len() {
+        v /= 1000.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{v:.0} {}", UNITS[u])
+    } else {
+        format!("{v:.1} {}", UNITS[u])
+    }
+}
+
+fn f(v: &Value) -> f64 {
+    v.as_f64().unwrap_or(0.0)
+}
+
+/// One rank's line: (label, position+1, epoch length, samples/s).
+fn ranks(status: &Value) -> Vec<(String, u64, u64, f64)> {
+    let global: Vec<u64> = status["ranks"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_u64).collect())
+        .unwrap_or_default();
+    status["readahead"]["ranks"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .enumerate()
+                .map(|(i, r)| {
+                    let rank = global.get(i).copied().unwrap_or(i as u64);
+                    let done = r["cursor"].as_u64().map(|c| c + 1).unwrap_or(0);
+                    let len = r["epoch_samples"].as_u64().unwrap_or(0).max(done);
+                    let label = format!("rank {rank} epoch {}", r["epoch"].as_u64().unwrap_or(0));
+                    (label, done, len, f(&r["samples_per_second"]))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// The lines under the bars: cache, fetches, stalls, errors. `fetch_rate` is bytes/s.
+fn summary(status: &Value, fetch_rate: f64) -> Vec<String> {
+    let streams = status["cache"].as_array().cloned().unwrap_or_default();
+    let sum = |k: &str| streams.iter().map(|s| f(&s[k])).sum::<f64>();
+    let limit = sum("limit_bytes");
+    let usage = sum("usage_bytes");
+    let limit_text = if streams
+        .iter()
+        .any(|s| s["limit_bytes"].as_u64() == Some(u64::MAX))
+    {
+        "no limit".to_string()
+    } else {
+        format!(
+            "{} ({:.0} %)",
+            human_bytes(limit),
+            if limit > 0.0 {
+                usage / limit * 100.0
+            } else {
+                0.0
+            }
+        )
+    };
+    let ra = &status["readahead"];
+    let mut lines = vec![
+        format!(
+            "cache   {} of {}, {} shards on disk, {} evicted",
+            human_bytes(usage),
+            limit_text,
+            sum("resident_shards"),
+            sum("evictions")
+        ),
+        format!(
+            "fetch   {}/s, {} in all ({} shards), {} in flight, {} queued",
+            human_bytes(fetch_rate),
+            human_bytes(sum("bytes_fetched")),
+            sum("shards_fetched"),
+            f(&ra["fetches_in_flight"]),
+            f(&ra["fetches_pending"])
+        ),
+        format!(
+            "stalls  {} reads waited {:.1} s for their shard",
+            f(&ra["stalls"]),
+            f(&ra["stall_seconds"])
+        ),
+    ];
+    let errors = &status["errors"];
+    lines.push(format!("errors  {}", f(&errors["count"])));
+    if let Some(recent) = errors["recent"].as_array() {
+        for e in recent.iter().take(3) {
+            lines.push(format!(
+                "        {}: {}",
+                e["shard"].as_str().unwrap_or("?"),
+                e["why"].as_str().unwrap_or("?")
+            ));
+        }
+    }
+    lines
+}
+
+/// The whole view as plain text (`--once`).
+pub fn render_text(mountpoint: &Path, status: &Value) -> String {
+    let mut out = format!(
+        "{}  pid {}, up {:.0} s, {} samples\n",
+        mountpoint.display(),
+        status["pid"],
+        f(&status["uptime_seconds"]),
+        status["samples"]
+    );
+    for (label, done, len, rate) in ranks(status) {
+        let pct = if len > 0 {
+            done as f64 / len as f64 * 100.0
+        } else {
+            0.0
+        };
+        let width = 30usize;
+        let filled = ((pct / 100.0) * width as f64).round() as usize;
+        out.push_str(&format!(
+            "{label:<18} [{}{}] {done}/{len} ({pct:.1} %)  {rate:.0} samples/s\n",
+            "#".repeat(filled.min(width)),
+            "-".repeat(width - filled.min(width)),
+        ));
+    }
+    // Without two snapshots, the fetch rate is the average since the mount started.
+    let uptime = f(&status["uptime_seconds"]);
+    let fetched: f64 = status["cache"]
+        .as_array()
+        .map(|a| a.iter().map(|s| f(&s["bytes_fetched"])).sum())
+        .unwrap_or(0.0);
+    let rate = if uptime > 0.0 { fetched / uptime } else { 0.0 };
+    for l in summary(status, rate) {
+        out.push_str(&l);
+        out.push('\n');
+    }
+    out
+}
+
+/// Runs `shardfs status`.
+pub fn run(args: StatusArgs) -> Result<()> {
+    let status = read_status(&args.mountpoint)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&status)?);
+        return Ok(());
+    }
+    if args.once || !std::io::IsTerminal::is_terminal(&std::io::stdout()) {
+        print!("{}", render_text(&args.mountpoint, &status));
+        return Ok(());
+    }
+    if !(args.interval > 0.0 && args.interval.is_finite()) {
+        bail!("--interval must be a positive number of seconds");
+    }
+    live(&args, status)
+}
+
+/// The refreshing view: indicatif bars per rank plus summary lines, until the mount goes away
+/// or Ctrl-C.
+fn live(args: &StatusArgs, mut status: Value) -> Result<()> {
+    let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stdout());
+    let header = multi.add(ProgressBar::new_spinner());
+    header.set_style(ProgressStyle::with_template("{msg}")?);
+    let bar_style = ProgressStyle::with_template(
+        "{prefix:<18} [{bar:30.cyan/blue}] {pos}/{len} ({percent} %)  {msg}",
+    )?
+    .progress_chars("#>-");
+    let mut bars: Vec<ProgressBar> = Vec::new();
+    let mut lines: Vec<ProgressBar> = Vec::new();
+    let mut last = (Instant::now(), fetched_bytes(&status));
+    let mut rate = 0.0;
+    loop {
+        header.set_message(format!(
+            "{}  pid {}, up {:.0} s, {} samples",
+            args.mountpoint.display(),
+            status["pid"],
+            f(&status["uptime_seconds"]),
+            status["samples"]
+        ));
+        let r = ranks(&status);
+        while bars.len() < r.len() {
+            let b = multi.add(ProgressBar::new(0));
+            b.set_style(bar_style.clone());
+            bars.push(b);
+        }
+        for (b, (label, done, len, sps)) in bars.iter().zip(r) {
+            b.set_prefix(label);
+            b.set_length(len);
+            b.set_position(done);
+            b.set_message(format!("{sps:.0} samples/s"));
+        }
+        let text = summary(&status, rate);
+        while lines.len() < text.len() {
+            let l = multi.add(ProgressBar::new_spinner());
+            l.set_style(ProgressStyle::with_template("{msg}")?);
+            lines.push(l);
+        }
+        for (i, l) in lines.iter().enumerate() {
+            l.set_message(text.get(i).cloned().unwrap_or_default());
+        }
+        std::thread::sleep(Duration::from_secs_f64(args.interval));
+        status = match read_status(&args.mountpoint) {
+            Ok(s) => s,
+            Err(e) => {
+                header.finish_with_message(format!("{e:#}"));
+                return Ok(());
+            }
+        };
+        let now = (Instant::now(), fetched_bytes(&status));
+        let secs = now.0.duration_since(last.0).as_secs_f64();
+        rate = if secs > 0.0 {
+            (now.1 - last.1).max(0.0) / secs
+        } else {
+            0.0
+        };
+        last = now;
+    }
+}
+
+fn fetched_bytes(status: &Value) -> f64 {
+    status["cache"]
+        .as_array()
+        .map(|a| a.iter().map(|s| f(&s["bytes_fetched"])).sum())
+        .unwrap_or(0.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_view_shows_progress_cache_and_errors() {
+        let status = serde_json::json!({
+            "pid": 7, "uptime_seconds": 10.0, "samples": 100, "ranks": [5],
+            "errors": {"count": 1, "recent": [{"shard": "shard.00001.mds", "why": "hash mismatch"}]},
+            "readahead": {"stalls": 2, "stall_seconds": 0.5, "fetches_in_flight": 1,
+                          "fetches_pending": 3,
+                          "ranks": [{"epoch": 1, "cursor": 49, "epoch_samples": 100,
+                                     "samples_per_second": 12.0}]},
+            "cache": [{"usage_bytes": 500_000_000u64, "limit_bytes": 1_000_000_000u64,
+                       "resident_shards": 8, "evictions": 0, "bytes_fetched": 2_000_000_000u64,
+                       "shards_fetched": 30}]
+        });
+        let text = render_text(Path::new("/mnt/ds"), &status);
+        for want in [
+            "/mnt/ds  pid 7",
+            "rank 5 epoch 1",
+            "50/100 (50.0 %)  12 samples/s",
+            "cache   500.0 MB of 1.0 GB (50 %), 8 shards on disk",
+            "fetch   200.0 MB/s, 2.0 GB in all (30 shards), 1 in flight, 3 queued",
+            "stalls  2 reads waited 0.5 s",
+            "errors  1",
+            "shard.00001.mds: hash mismatch",
+        ] {
+            assert!(text.contains(want), "missing {want:?} in\n{text}");
+        }
+        assert_eq!(human_bytes(999.0), "999 B");
+        assert_eq!(human_bytes(1_500_000.0), "1.5 MB");
+    }
+}

@@ -1,0 +1,110 @@
+//! `shardfs status`: the text, JSON and live views of a real mount.
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use super::{bin, Mount};
+use crate::common::fixtures;
+
+#[test]
+fn status_once_and_json_describe_a_mount_being_read() {
+    let m = Mount::new(
+        fixtures().join("mds/basic").to_str().unwrap(),
+        &["--shuffle", "--cache-limit", "50MB"],
+    );
+    let names = m.list("rank-0/epoch-0");
+    let positions: std::collections::BTreeSet<&str> =
+        names.iter().map(|n| n.split('.').next().unwrap()).collect();
+    let half: Vec<&&str> = positions.iter().take(positions.len() / 2).collect();
+    for n in &names {
+        if half.iter().any(|p| n.starts_with(**p)) {
+            std::fs::read(m.mnt.join("rank-0/epoch-0").join(n)).unwrap();
+        }
+    }
+    let out = Command::new(bin())
+        .args(["status", "--once"])
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    let epoch_len = positions.len();
+    let want = format!("{}/{epoch_len} (", half.len());
+    assert!(text.contains("rank 0 epoch 0"), "{text}");
+    assert!(text.contains(&want), "no {want:?} in {text}");
+    assert!(text.contains("of 50.0 MB ("), "{text}");
+    assert!(text.contains("errors  0"), "{text}");
+
+    let out = Command::new(bin())
+        .args(["status", "--json"])
+        .arg(&m.mnt)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["readahead"]["ranks"][0]["cursor"], half.len() as u64 - 1);
+    assert_eq!(
+        v["readahead"]["ranks"][0]["epoch_samples"],
+        epoch_len as u64
+    );
+
+    // Not a mount: a clear error.
+    let out = Command::new(bin())
+        .args(["status", "--once", "/"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is / a shardfs mount?"));
+}
+
+#[test]
+fn live_status_refreshes_on_a_terminal_and_ends_with_the_mount() {
+    let m = Mount::new(
+        fixtures().join("mds/basic").to_str().unwrap(),
+        &["--shuffle"],
+    );
+    let out_dir = tempfile::tempdir().unwrap();
+    let log = out_dir.path().join("screen.txt");
+    // `script` gives the view a terminal, as a person running it would.
+    let cmd = format!(
+        "{} status --interval 0.1 {}",
+        bin().display(),
+        m.mnt.display()
+    );
+    let mut child = Command::new("script")
+        .args(["-qfec", &cmd])
+        .arg(&log)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .spawn()
+        .expect("the `script` command (bsdutils) runs the live view on a terminal");
+    std::thread::sleep(Duration::from_millis(600));
+    for n in m.list("rank-0/epoch-0").iter().take(30) {
+        std::fs::read(m.mnt.join("rank-0/epoch-0").join(n)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(600));
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "the live view exited early"
+    );
+    drop(m);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the live view outlived its mount"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success());
+    let screen = String::from_utf8_lossy(&std::fs::read(&log).unwrap()).to_string();
+    assert!(screen.contains("rank 0 epoch 0"), "{screen}");
+    assert!(screen.contains("samples/s"), "{screen}");
+    assert!(screen.contains("cache "), "{screen}");
+}
