@@ -3,6 +3,7 @@
 mod cache;
 mod common;
 mod csi;
+mod docs;
 mod kubernetes;
 mod mds;
 mod mount;

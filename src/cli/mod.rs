@@ -15,6 +15,7 @@ mod mount_options;
 mod mount_setup;
 mod order;
 pub mod ordering;
+pub mod reference;
 mod status;
 pub mod store_args;
 
@@ -81,6 +82,9 @@ enum Command {
     /// Write bash, zsh and fish completions into DIR (for packagers).
     #[command(hide = true)]
     GenerateCompletions(generate::GenerateArgs),
+    /// Print the generated reference of docs/CONFIGURATION.md.
+    #[command(hide = true)]
+    GenerateConfigReference,
 }
 
 /// Entry point of the `shardfs` binary: parse, run, and map errors to one line and exit code 1.
@@ -107,6 +111,7 @@ pub fn main() -> ExitCode {
         Command::Status(a) => status::run(a),
         Command::GenerateMan(a) => generate::man(a),
         Command::GenerateCompletions(a) => generate::completions(a),
+        Command::GenerateConfigReference => reference::run(),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

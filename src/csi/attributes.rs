@@ -18,7 +18,7 @@ pub const NODE_RANK_OFFSET: &str = "nodeRankOffset";
 pub const POD_NAME: &str = "csi.storage.k8s.io/pod.name";
 
 /// Options of `shardfs mount` that the plugin sets itself.
-const OWNED: &[&str] = &["cache-dir", "foreground", "allow-other", "help", "version"];
+pub const OWNED: &[&str] = &["cache-dir", "foreground", "allow-other", "help", "version"];
 
 /// Why a volume's attributes cannot be mounted (reported to kubelet as InvalidArgument).
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
