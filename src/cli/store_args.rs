@@ -6,8 +6,11 @@ use crate::store::StoreOptions;
 /// How to reach the object store holding SOURCE.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct StoreArgs {
-    /// S3-compatible endpoint, e.g. http://127.0.0.1:9000 (default: AWS_ENDPOINT_URL, then
-    /// S3_ENDPOINT_URL, else AWS). Requests use path-style addressing.
+    /// Endpoint of the store. s3://: an S3-compatible server, e.g. http://127.0.0.1:9000
+    /// (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, S3_ENDPOINT_URL, else AWS; path-style
+    /// requests). gs://: a GCS emulator or proxy (default: STORAGE_EMULATOR_HOST, then
+    /// GOOGLE_BASE_URL; without credentials requests are unsigned). az://: the account URL
+    /// (Azurite: AZURE_STORAGE_USE_EMULATOR=true instead).
     #[arg(long, value_name = "URL")]
     pub endpoint_url: Option<String>,
     /// S3 region (default: AWS_REGION, AWS_DEFAULT_REGION, the profile's region, else us-east-1).

@@ -38,9 +38,18 @@ impl ObjectStoreBackend {
     /// Builds the client for `source`. Nothing is fetched yet; configuration problems
     /// (unreadable profile file, bad endpoint URL) are reported here.
     pub fn open(source: &Source, opts: &StoreOptions) -> Result<Self, StoreError> {
-        let cfg_err = |reason: String| StoreError::Config {
-            source_url: source.canonical().to_string(),
-            reason,
+        let cfg_err = |reason: String| {
+            let url = source.canonical().to_string();
+            let reason = match &source.kind {
+                SourceKind::Gcs { .. } | SourceKind::Azure { .. } => {
+                    format!("{reason}; {}", super::error::endpoint_hint(&url))
+                }
+                _ => reason,
+            };
+            StoreError::Config {
+                source_url: url,
+                reason,
+            }
         };
         let retry = RetryConfig {
             max_retries: 0,
@@ -124,20 +133,61 @@ impl ObjectStoreBackend {
             }
             SourceKind::Gcs { bucket } => {
                 use object_store::gcp::GoogleCloudStorageBuilder;
-                let b = GoogleCloudStorageBuilder::from_env()
+                // Google's client libraries talk to an emulator named by STORAGE_EMULATOR_HOST
+                // (`host:port` or a URL), without credentials; so do we, and so does any other
+                // endpoint given without credentials (an emulator or a proxy: never the
+                // instance metadata service).
+                let emulator = env_nonempty("STORAGE_EMULATOR_HOST").map(|h| {
+                    if h.contains("://") {
+                        h
+                    } else {
+                        format!("http://{h}")
+                    }
+                });
+                let endpoint = opts
+                    .endpoint_url
+                    .clone()
+                    .or_else(|| emulator.clone())
+                    .or_else(|| env_nonempty("GOOGLE_BASE_URL"));
+                let has_credentials = [
+                    "GOOGLE_SERVICE_ACCOUNT",
+                    "GOOGLE_SERVICE_ACCOUNT_PATH",
+                    "GOOGLE_SERVICE_ACCOUNT_KEY",
+                    "GOOGLE_APPLICATION_CREDENTIALS",
+                ]
+                .iter()
+                .any(|v| env_nonempty(v).is_some());
+                let plain_http = endpoint
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("http://"));
+                let mut b = GoogleCloudStorageBuilder::from_env()
                     .with_bucket_name(bucket)
                     .with_retry(retry)
-                    .with_client_options(client(false))
-                    .with_skip_signature(opts.no_sign_request);
+                    .with_client_options(client(plain_http))
+                    .with_skip_signature(
+                        opts.no_sign_request || (endpoint.is_some() && !has_credentials),
+                    );
+                if let Some(e) = &endpoint {
+                    b = b.with_base_url(e.trim_end_matches('/'));
+                }
                 Arc::new(b.build().map_err(|e| cfg_err(e.to_string()))?)
             }
             SourceKind::Azure { container } => {
                 use object_store::azure::MicrosoftAzureBuilder;
-                let b = MicrosoftAzureBuilder::from_env()
+                // AZURE_STORAGE_USE_EMULATOR=true (+ AZURITE_BLOB_STORAGE_URL) selects Azurite
+                // through object_store's own settings; --endpoint-url names an account URL.
+                let plain_http = opts
+                    .endpoint_url
+                    .as_deref()
+                    .is_some_and(|e| e.starts_with("http://"));
+                let mut b = MicrosoftAzureBuilder::from_env()
                     .with_container_name(container)
                     .with_retry(retry)
-                    .with_client_options(client(false))
+                    .with_client_options(client(plain_http))
                     .with_skip_signature(opts.no_sign_request);
+                if let Some(e) = &opts.endpoint_url {
+                    b = b.with_endpoint(e.trim_end_matches('/').to_string());
+                }
                 Arc::new(b.build().map_err(|e| cfg_err(e.to_string()))?)
             }
             SourceKind::Http { base } => {
@@ -390,6 +440,12 @@ pub(super) fn map_error(e: object_store::Error, url: &str) -> StoreError {
         }
         _ => {}
     }
+    if message.contains("Error performing token request") {
+        return StoreError::AccessDenied {
+            url,
+            detail: "no credentials could be obtained (none configured, and the instance metadata service gave none)".into(),
+        };
+    }
     if let Some(status) = http_status(&message) {
         let detail = short(&message);
         return match status {
@@ -436,6 +492,21 @@ pub(super) fn map_error(e: object_store::Error, url: &str) -> StoreError {
                 detail: format!("redirected ({status}): wrong region or endpoint"),
             },
             _ => StoreError::Other { url, detail },
+        };
+    }
+    if message.contains("URL scheme is not allowed") {
+        return StoreError::Config {
+            source_url: url.clone(),
+            reason: format!(
+                "plain http:// is not allowed for this endpoint; {}",
+                super::error::endpoint_hint(&url)
+            ),
+        };
+    }
+    if message.contains("dns error") || message.contains("failed to lookup address") {
+        return StoreError::UnknownHost {
+            url,
+            detail: short(&message),
         };
     }
     if message.contains("redirect without LOCATION") {

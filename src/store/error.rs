@@ -55,7 +55,7 @@ pub enum StoreError {
         detail: String,
     },
     /// The credentials were refused or are missing.
-    #[error("{url}: access denied ({detail}); check the credentials (AWS_ACCESS_KEY_ID/AWS_PROFILE/...), --region, or --no-sign-request for public data")]
+    #[error("{url}: access denied ({detail}); {}", credentials_hint(.url))]
     AccessDenied {
         /// The object's URL.
         url: String,
@@ -63,11 +63,19 @@ pub enum StoreError {
         detail: String,
     },
     /// The endpoint could not be reached, or redirected us elsewhere (wrong region/endpoint).
-    #[error("{url}: endpoint unreachable or wrong ({detail}); check --endpoint-url / AWS_ENDPOINT_URL and --region")]
+    #[error("{url}: endpoint unreachable or wrong ({detail}); {}", endpoint_hint(.url))]
     Unreachable {
         /// The object's URL.
         url: String,
         /// The transport's reason.
+        detail: String,
+    },
+    /// The endpoint's host name does not resolve (not retried: a typo stays a typo).
+    #[error("{url}: unknown host ({detail}); {}", endpoint_hint(.url))]
+    UnknownHost {
+        /// The object's URL.
+        url: String,
+        /// The resolver's reason.
         detail: String,
     },
     /// The body ended before the bytes the request asked for.
@@ -123,6 +131,30 @@ fn detail_suffix(detail: &str) -> String {
         String::new()
     } else {
         format!(" ({detail})")
+    }
+}
+
+/// Which settings choose the endpoint of the store that `url` is on.
+pub fn endpoint_hint(url: &str) -> &'static str {
+    match url.split_once("://").map(|(s, _)| s) {
+        Some("gs") => "check --endpoint-url / STORAGE_EMULATOR_HOST / GOOGLE_BASE_URL",
+        Some("az") | Some("azure") | Some("abfs") | Some("abfss") => {
+            "check --endpoint-url / AZURE_STORAGE_ACCOUNT_NAME, or AZURE_STORAGE_USE_EMULATOR / AZURITE_BLOB_STORAGE_URL for Azurite"
+        }
+        Some("http") | Some("https") => "check the URL",
+        _ => "check --endpoint-url / AWS_ENDPOINT_URL and --region",
+    }
+}
+
+/// Which settings provide the credentials of the store that `url` is on.
+pub fn credentials_hint(url: &str) -> &'static str {
+    match url.split_once("://").map(|(s, _)| s) {
+        Some("gs") => "check the credentials (GOOGLE_APPLICATION_CREDENTIALS / GOOGLE_SERVICE_ACCOUNT), or --no-sign-request for public data",
+        Some("az") | Some("azure") | Some("abfs") | Some("abfss") => {
+            "check the credentials (AZURE_STORAGE_ACCOUNT_KEY / AZURE_STORAGE_SAS_KEY / AZURE_STORAGE_ACCOUNT_NAME), or --no-sign-request for public data"
+        }
+        Some("http") | Some("https") => "check that the server allows reading this URL",
+        _ => "check the credentials (AWS_ACCESS_KEY_ID/AWS_PROFILE/...), --region, or --no-sign-request for public data",
     }
 }
 

@@ -52,6 +52,7 @@ pub fn shardfs_bin() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_shardfs")))
 }
 
+pub mod emulators;
 pub mod moto;
 pub mod s3s_server;
 
