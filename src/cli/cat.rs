@@ -80,8 +80,12 @@ pub fn cat_bytes(ds: &Dataset, args: &CatArgs) -> Result<Vec<u8>> {
 
 /// Runs `shardfs cat`.
 pub fn run(args: CatArgs) -> Result<()> {
-    let ds = Dataset::open(&args.source, &args.store)?;
-    let bytes = cat_bytes(&ds, &args)?;
+    let bytes = {
+        let _spinner =
+            super::progress::spinner(format!("reading sample {} of {}", args.index, args.source));
+        let ds = Dataset::open(&args.source, &args.store)?;
+        cat_bytes(&ds, &args)?
+    };
     let mut out = std::io::stdout().lock();
     match out.write_all(&bytes).and_then(|()| out.flush()) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(()),

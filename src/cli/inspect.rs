@@ -159,7 +159,10 @@ fn text(v: &Value) -> String {
 
 /// Runs `shardfs inspect`.
 pub fn run(args: InspectArgs) -> anyhow::Result<()> {
-    let ds = Dataset::open(&args.source, &args.store)?;
+    let ds = {
+        let _spinner = super::progress::spinner(format!("reading {}/index.json", args.source));
+        Dataset::open(&args.source, &args.store)?
+    };
     let v = summary(&args.source, &ds.index);
     let out = if args.json {
         format!("{}\n", serde_json::to_string_pretty(&v)?)

@@ -15,6 +15,7 @@ mod mount_options;
 mod mount_setup;
 mod order;
 pub mod ordering;
+mod progress;
 pub mod reference;
 mod status;
 pub mod store_args;

@@ -115,8 +115,13 @@ fn start_background(config: &MountConfig) -> Result<()> {
         .spawn()
         .context("cannot start the background shardfs process")?;
     drop(write_end);
+    let spinner = super::progress::spinner(format!(
+        "mounting {}: opening the dataset and planning the epochs",
+        config.source().unwrap_or("the streams")
+    ));
     let mut msg = String::new();
     let _ = std::fs::File::from(read_end).read_to_string(&mut msg);
+    drop(spinner);
     let msg = msg.trim();
     if msg == "ok" {
         return Ok(());
