@@ -1110,3 +1110,114 @@ fn the_cache_is_private_and_never_follows_symlinks() {
     let e = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap_err();
     assert!(e.to_string().contains("symlink"), "{e}");
 }
+
+#[test]
+fn multipart_etags_check_the_bytes_for_the_usual_part_sizes() {
+    use md5::Digest;
+    assert_eq!(
+        store::etag_multipart("\"9e107d9d372bb6826bd81d3542a419d6-3\""),
+        Some((
+            store::etag_md5("9e107d9d372bb6826bd81d3542a419d6").unwrap(),
+            3
+        ))
+    );
+    assert!(store::etag_multipart("9e107d9d372bb6826bd81d3542a419d6").is_none());
+    assert!(store::etag_multipart("9e107d9d372bb6826bd81d3542a419d6-0").is_none());
+    assert!(store::etag_multipart("zz-3").is_none());
+    let data: Vec<u8> = (0..20u32 << 20).map(|i| (i % 251) as u8).collect();
+    let etag = |part: usize| -> [u8; 16] {
+        let mut outer = md5::Md5::new();
+        for p in data.chunks(part) {
+            outer.update(md5::Md5::digest(p));
+        }
+        outer.finalize().into()
+    };
+    let at8 = etag(8 << 20);
+    assert_eq!(
+        shardfs::cache::multipart_part_size(&data, &at8, 3, 0),
+        Some(8 << 20)
+    );
+    assert_eq!(
+        shardfs::cache::multipart_part_size(&data, &etag(5 << 20), 4, 0),
+        Some(5 << 20)
+    );
+    let mut damaged = data.clone();
+    damaged[12345] ^= 1;
+    assert_eq!(
+        shardfs::cache::multipart_part_size(&damaged, &at8, 3, 0),
+        None
+    );
+    // The wrong part count rules the size out.
+    assert_eq!(shardfs::cache::multipart_part_size(&data, &at8, 2, 0), None);
+}
+
+/// A store that reports each object's S3 multipart ETag (one part), as `aws s3 cp` gives
+/// small objects uploaded with a forced multipart.
+#[derive(Debug)]
+struct MultipartEtags(Arc<dyn store::Store>);
+
+impl store::Store for MultipartEtags {
+    fn url_of(&self, key: &store::ObjectKey) -> String {
+        self.0.url_of(key)
+    }
+    fn head<'a>(&'a self, key: &'a store::ObjectKey) -> store::StoreFuture<'a, store::ObjectInfo> {
+        self.0.head(key)
+    }
+    fn get_range<'a>(
+        &'a self,
+        key: &'a store::ObjectKey,
+        range: std::ops::Range<u64>,
+    ) -> store::StoreFuture<'a, bytes::Bytes> {
+        self.0.get_range(key, range)
+    }
+    fn get<'a>(&'a self, key: &'a store::ObjectKey) -> store::StoreFuture<'a, bytes::Bytes> {
+        self.0.get(key)
+    }
+    fn get_fetched<'a>(
+        &'a self,
+        key: &'a store::ObjectKey,
+    ) -> store::StoreFuture<'a, store::Fetched> {
+        use md5::Digest;
+        Box::pin(async move {
+            let mut f = self.0.get_fetched(key).await?;
+            let inner = md5::Md5::digest(&f.bytes);
+            f.md5 = None;
+            f.multipart_md5 = Some((md5::Md5::digest(inner).into(), 1));
+            Ok(f)
+        })
+    }
+    fn list<'a>(
+        &'a self,
+        prefix: Option<&'a store::ObjectKey>,
+    ) -> store::StoreFuture<'a, Vec<store::ObjectInfo>> {
+        self.0.list(prefix)
+    }
+}
+
+#[test]
+fn a_corrupted_download_is_caught_by_a_multipart_etag() {
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = hashless_copy("basic", tmp.path());
+    let source = store::Source::parse(ds.to_str().unwrap()).unwrap();
+    let backend = store::ObjectStoreBackend::open(&source, &quick_store()).unwrap();
+    let counting = Arc::new(CountingStore::new(Arc::new(backend)));
+    let etags = Arc::new(MultipartEtags(counting.clone()));
+    let faulty = Arc::new(FaultyStore::new(etags));
+    let bs = BlockingStore::new(faulty.clone(), 2).unwrap();
+    let dataset = Arc::new(Dataset::from_store(bs, source.canonical()).unwrap());
+    let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
+    faulty.inject(Fault::Corrupt, Some("shard.00000.mds"), Some(1));
+    check_every_sample(&cache, &ds);
+    assert_eq!(counting.for_key("shard.00000.mds").gets, 2);
+    assert_eq!(
+        counting.for_key("shard.00001.mds").gets,
+        1,
+        "a clean download is checked once"
+    );
+    assert_eq!(cache.stats().verify_failures, 1);
+    // Damaged every time: an error, nothing cached.
+    faulty.inject(Fault::Corrupt, Some("shard.00002.mds"), None);
+    assert!(cache.evict(2));
+    let e = cache.get(2).unwrap_err();
+    assert!(e.to_string().contains("multipart ETag"), "{e}");
+}

@@ -23,16 +23,53 @@ use s3s::dto::{
 };
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
 
+use crate::faults::{FaultKind, Faults};
 use crate::stats::Stats;
 
 /// Bytes read from disk and sent as one body chunk.
 const CHUNK: u64 = 1 << 20;
 
-/// One object: its size and modification time.
-#[derive(Debug, Clone, Copy)]
+/// One object: its size, modification time and, when S3-like ETags were asked for, its ETag.
+#[derive(Debug, Clone)]
 struct Entry {
     size: u64,
     mtime: SystemTime,
+    etag: Option<Arc<str>>,
+}
+
+/// What ETags the server sends (`--etags`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum EtagMode {
+    /// `SIZE-MTIME` in hex: cheap, and (like a multipart or SSE-KMS ETag) not an MD5.
+    Opaque,
+    /// The MD5 of the object, as S3 gives a single-part upload without SSE-KMS.
+    Md5,
+    /// What `aws s3 cp` uploads get: objects over 8 MiB as 8 MiB parts, ETag
+    /// `MD5(MD5(part 1) ‖ … ‖ MD5(part N))-N`; smaller objects their MD5.
+    Multipart,
+}
+
+/// The part size of `aws s3 cp` (its default multipart_chunksize, also its threshold).
+const PART: u64 = 8 << 20;
+
+fn s3_etag(path: &Path, size: u64, mode: EtagMode) -> std::io::Result<Option<Arc<str>>> {
+    use md5::{Digest, Md5};
+    if mode == EtagMode::Opaque {
+        return Ok(None);
+    }
+    let data = std::fs::read(path)?;
+    if mode == EtagMode::Md5 || size <= PART {
+        return Ok(Some(hex::encode(Md5::digest(&data)).into()));
+    }
+    let mut outer = Md5::new();
+    let mut parts = 0;
+    for part in data.chunks(PART as usize) {
+        outer.update(Md5::digest(part));
+        parts += 1;
+    }
+    Ok(Some(
+        format!("{}-{parts}", hex::encode(outer.finalize())).into(),
+    ))
 }
 
 /// Buckets (subfolders of the root) and their sorted keys.
@@ -41,22 +78,29 @@ pub struct DirStore {
     root: PathBuf,
     buckets: BTreeMap<String, BTreeMap<String, Entry>>,
     stats: Arc<Stats>,
+    faults: Arc<Faults>,
 }
 
-fn walk(dir: &Path, prefix: &str, out: &mut BTreeMap<String, Entry>) -> std::io::Result<()> {
+fn walk(
+    dir: &Path,
+    prefix: &str,
+    mode: EtagMode,
+    out: &mut BTreeMap<String, Entry>,
+) -> std::io::Result<()> {
     for ent in std::fs::read_dir(dir)? {
         let ent = ent?;
         let name = ent.file_name().to_string_lossy().into_owned();
         let key = format!("{prefix}{name}");
         let meta = ent.metadata()?;
         if meta.is_dir() {
-            walk(&ent.path(), &format!("{key}/"), out)?;
+            walk(&ent.path(), &format!("{key}/"), mode, out)?;
         } else if meta.is_file() {
             out.insert(
                 key,
                 Entry {
                     size: meta.len(),
                     mtime: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
+                    etag: s3_etag(&ent.path(), meta.len(), mode)?,
                 },
             );
         }
@@ -66,13 +110,18 @@ fn walk(dir: &Path, prefix: &str, out: &mut BTreeMap<String, Entry>) -> std::io:
 
 impl DirStore {
     /// Indexes every bucket folder under `root`.
-    pub fn open(root: &Path, stats: Arc<Stats>) -> std::io::Result<DirStore> {
+    pub fn open(
+        root: &Path,
+        stats: Arc<Stats>,
+        etags: EtagMode,
+        faults: Arc<Faults>,
+    ) -> std::io::Result<DirStore> {
         let mut buckets = BTreeMap::new();
         for ent in std::fs::read_dir(root)? {
             let ent = ent?;
             if ent.metadata()?.is_dir() {
                 let mut keys = BTreeMap::new();
-                walk(&ent.path(), "", &mut keys)?;
+                walk(&ent.path(), "", etags, &mut keys)?;
                 buckets.insert(ent.file_name().to_string_lossy().into_owned(), keys);
             }
         }
@@ -80,6 +129,7 @@ impl DirStore {
             root: root.to_path_buf(),
             buckets,
             stats,
+            faults,
         })
     }
 
@@ -101,7 +151,7 @@ impl DirStore {
     fn entry(&self, bucket: &str, key: &str) -> S3Result<Entry> {
         self.bucket(bucket)?
             .get(key)
-            .copied()
+            .cloned()
             .ok_or_else(|| s3_error!(NoSuchKey))
     }
 
@@ -184,6 +234,9 @@ impl ListPage {
 
 /// Size and mtime, not an MD5: clients that verify MD5 ETags (rclone) skip ones with a dash.
 fn etag(e: &Entry) -> s3s::dto::ETag {
+    if let Some(t) = &e.etag {
+        return s3s::dto::ETag::Strong(t.to_string());
+    }
     let nanos = e
         .mtime
         .duration_since(SystemTime::UNIX_EPOCH)
@@ -193,7 +246,23 @@ fn etag(e: &Entry) -> s3s::dto::ETag {
 }
 
 /// A body that reads `range` of `path` in `CHUNK`-sized preads on the blocking pool.
-fn body(path: PathBuf, range: std::ops::Range<u64>, stats: Arc<Stats>) -> StreamingBlob {
+/// With `fault`: `Reset` fails before the first byte, `Truncate` after half the bytes,
+/// `Corrupt` flips the byte at `corrupt_at` (an offset into the range).
+fn body(
+    path: PathBuf,
+    range: std::ops::Range<u64>,
+    stats: Arc<Stats>,
+    fault: Option<FaultKind>,
+    corrupt_at: u64,
+) -> StreamingBlob {
+    let total = range.end - range.start;
+    let cut = match fault {
+        Some(FaultKind::Reset) => Some(range.start),
+        Some(FaultKind::Truncate) => Some(range.start + total / 2),
+        _ => None,
+    };
+    let flip =
+        (fault == Some(FaultKind::Corrupt) && total > 0).then(|| range.start + corrupt_at % total);
     let file = match std::fs::File::open(&path) {
         Ok(f) => Arc::new(f),
         Err(e) => {
@@ -208,7 +277,12 @@ fn body(path: PathBuf, range: std::ops::Range<u64>, stats: Arc<Stats>) -> Stream
             if pos >= end {
                 return None;
             }
+            if cut.is_some_and(|c| pos >= c) {
+                let e = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "injected fault");
+                return Some((Err(e), end));
+            }
             let len = (end - pos).min(CHUNK);
+            let len = cut.map_or(len, |c| len.min(c - pos).max(1));
             let read = tokio::task::spawn_blocking(move || {
                 let mut buf = vec![0u8; len as usize];
                 file.read_exact_at(&mut buf, pos).map(|()| buf)
@@ -219,6 +293,10 @@ fn body(path: PathBuf, range: std::ops::Range<u64>, stats: Arc<Stats>) -> Stream
                 Ok(Err(e)) => return Some((Err(e), end)),
                 Err(e) => return Some((Err(std::io::Error::other(e)), end)),
             };
+            let mut chunk = chunk;
+            if let Some(at) = flip.filter(|&at| at >= pos && at < pos + len) {
+                chunk[(at - pos) as usize] ^= 0x5a;
+            }
             stats.body_bytes.fetch_add(len, Ordering::Relaxed);
             Some((Ok(Bytes::from(chunk)), pos + len))
         }
@@ -253,6 +331,13 @@ impl S3 for DirS3 {
         };
         let span = range.clone().unwrap_or(0..e.size);
         let path = store.root.join(&input.bucket).join(&input.key);
+        let fault = store.faults.pick();
+        match fault {
+            Some(FaultKind::SlowDown) => return Err(s3_error!(SlowDown)),
+            Some(FaultKind::Stall) => tokio::time::sleep(store.faults.stall).await,
+            _ => {}
+        }
+        let corrupt_at = store.faults.draw();
         let out = GetObjectOutput {
             content_length: Some((span.end - span.start) as i64),
             content_range: range
@@ -260,7 +345,7 @@ impl S3 for DirS3 {
                 .map(|r| format!("bytes {}-{}/{}", r.start, r.end.saturating_sub(1), e.size)),
             e_tag: Some(etag(&e)),
             last_modified: Some(Timestamp::from(e.mtime)),
-            body: Some(body(path, span, store.stats.clone())),
+            body: Some(body(path, span, store.stats.clone(), fault, corrupt_at)),
             ..Default::default()
         };
         Ok(if range.is_some() {

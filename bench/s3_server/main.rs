@@ -10,6 +10,7 @@
 //! Prints `listening on http://127.0.0.1:PORT` on stdout once it accepts connections.
 
 mod bucket;
+mod faults;
 mod stats;
 mod throttle;
 
@@ -54,6 +55,22 @@ struct Args {
     /// Tokio worker threads.
     #[arg(long, default_value_t = 2)]
     threads: usize,
+    /// ETags sent: opaque (cheap, not an MD5), md5 (single-part S3 upload), multipart
+    /// (`aws s3 cp`: 8 MiB parts). md5 and multipart read every object once at start.
+    #[arg(long, value_enum, default_value_t = bucket::EtagMode::Opaque)]
+    etags: bucket::EtagMode,
+    /// Share of GETs hit by a fault (0 = none; see `--faults`).
+    #[arg(long, default_value_t = 0.0)]
+    fault_rate: f64,
+    /// Faults to inject: any of 503,reset,truncate,corrupt,stall (default: all).
+    #[arg(long, default_value = "")]
+    faults: String,
+    /// How long a `stall` fault delays the answer, in milliseconds.
+    #[arg(long, default_value_t = 3000)]
+    stall_ms: u64,
+    /// Seed of the fault choices (a run with the same seed injects the same sequence).
+    #[arg(long, default_value_t = 1)]
+    fault_seed: u64,
 }
 
 fn main() -> Result<()> {
@@ -72,8 +89,15 @@ fn json(s: String) -> hyper::Response<s3s::Body> {
 
 async fn serve(args: Args) -> Result<()> {
     let stats = Arc::new(Stats::default());
+    let kinds = faults::parse_kinds(&args.faults).map_err(anyhow::Error::msg)?;
+    let faults = Arc::new(faults::Faults::new(
+        args.fault_rate,
+        kinds,
+        Duration::from_millis(args.stall_ms),
+        args.fault_seed,
+    ));
     let store = Arc::new(
-        DirStore::open(&args.dir, stats.clone())
+        DirStore::open(&args.dir, stats.clone(), args.etags, faults.clone())
             .with_context(|| format!("cannot index {}", args.dir.display()))?,
     );
     for (b, n, bytes) in store.summary() {
@@ -113,14 +137,22 @@ async fn serve(args: Args) -> Result<()> {
         let io = Throttled::new(stream, rate, stats.clone());
         let service = service.clone();
         let stats = stats.clone();
+        let faults = faults.clone();
         tokio::spawn(async move {
             let svc =
                 hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
                     let service = service.clone();
                     let stats = stats.clone();
+                    let faults = faults.clone();
                     async move {
                         if req.uri().path() == "/__bench/stats" {
-                            return Ok::<_, s3s::HttpError>(json(stats.to_json()));
+                            let s = stats.to_json();
+                            let s = format!(
+                                "{},\"faults\":{}}}",
+                                s.trim_end_matches('}'),
+                                faults.to_json()
+                            );
+                            return Ok::<_, s3s::HttpError>(json(s));
                         }
                         if !latency.is_zero() {
                             tokio::time::sleep(latency).await;

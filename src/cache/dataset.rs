@@ -57,6 +57,45 @@ pub struct Dataset {
     /// Some shard's ETag has matched the MD5 of its bytes: this store's ETags are MD5s, so a
     /// mismatch is damage, never an SSE-KMS/SSE-C ETag.
     etags_are_md5: std::sync::atomic::AtomicBool,
+    /// The part size that last matched a multipart ETag (0: none yet); tried first next time.
+    part_size: std::sync::atomic::AtomicU64,
+}
+
+/// Part sizes S3 uploaders use (aws CLI and boto3 default to 8 MiB), tried in this order after
+/// the one that matched last.
+const USUAL_PART_SIZES_MIB: [u64; 12] = [8, 16, 5, 10, 15, 32, 50, 64, 100, 128, 256, 512];
+
+/// The part size for which `bytes`, cut into `parts` parts, hash to the multipart ETag
+/// `want` (MD5 of the parts' MD5s), among `learned` and the usual sizes; `None` if none does.
+/// A part size is possible only when `parts` parts of it cover the object and `parts - 1`
+/// do not.
+pub fn multipart_part_size(bytes: &[u8], want: &[u8; 16], parts: u32, learned: u64) -> Option<u64> {
+    use md5::Digest;
+    let len = bytes.len() as u64;
+    let n = u64::from(parts.max(1));
+    let fits = |p: u64| p > 0 && p.saturating_mul(n) >= len && p.saturating_mul(n - 1) < len;
+    let mut candidates: Vec<u64> = std::iter::once(learned)
+        .chain(USUAL_PART_SIZES_MIB.iter().map(|m| m << 20))
+        .chain(std::iter::once(len.div_ceil(n).div_ceil(1 << 20) << 20))
+        .filter(|&p| fits(p))
+        .collect();
+    candidates.dedup();
+    let mut tried = Vec::new();
+    for p in candidates {
+        if tried.contains(&p) {
+            continue;
+        }
+        tried.push(p);
+        let mut outer = md5::Md5::new();
+        for part in bytes.chunks(p as usize) {
+            outer.update(md5::Md5::digest(part));
+        }
+        let got: [u8; 16] = outer.finalize().into();
+        if &got == want {
+            return Some(p);
+        }
+    }
+    None
 }
 
 impl Dataset {
@@ -97,6 +136,7 @@ impl Dataset {
             id,
             counters,
             etags_are_md5: std::sync::atomic::AtomicBool::new(false),
+            part_size: std::sync::atomic::AtomicU64::new(0),
         })
     }
 
@@ -244,6 +284,29 @@ impl Dataset {
             let bytes = fetched.bytes;
             Counters::add(&self.counters.bytes_fetched, bytes.len() as u64);
             let transfer = match (check.hashes.is_empty(), fetched.md5) {
+                (true, None) if fetched.multipart_md5.is_some() => {
+                    use std::sync::atomic::Ordering::Relaxed;
+                    let (want, parts) = fetched.multipart_md5.unwrap_or(([0; 16], 1));
+                    if let Some(p) =
+                        multipart_part_size(&bytes, &want, parts, self.part_size.load(Relaxed))
+                    {
+                        self.part_size.store(p, Relaxed);
+                        self.etags_are_md5.store(true, Relaxed);
+                        Ok(())
+                    } else {
+                        let got: [u8; 16] = md5::Md5::digest(&bytes).into();
+                        if previous_md5 == Some(got) && !self.etags_are_md5.load(Relaxed) {
+                            tracing::info!(shard, url = %url, "the multipart ETag matches no usual part size; two downloads agree, using them");
+                            Ok(())
+                        } else {
+                            previous_md5 = Some(got);
+                            Err(format!(
+                                "the bytes match the store's multipart ETag {}-{parts} for no usual part size",
+                                hex::encode(want)
+                            ))
+                        }
+                    }
+                }
                 (true, Some(want)) => {
                     let got: [u8; 16] = md5::Md5::digest(&bytes).into();
                     use std::sync::atomic::Ordering::Relaxed;

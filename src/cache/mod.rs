@@ -35,7 +35,7 @@ mod policy;
 mod shard_cache;
 mod stats;
 
-pub use dataset::{Dataset, DatasetId, INDEX_JSON};
+pub use dataset::{multipart_part_size, Dataset, DatasetId, INDEX_JSON};
 pub use error::CacheError;
 pub use layout::LAYOUT_VERSION;
 pub use options::{default_cache_dir, CacheOptions, IoMode};

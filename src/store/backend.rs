@@ -302,6 +302,14 @@ pub fn etag_md5(e_tag: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
+/// An S3 multipart ETag `HEX32-N`: the MD5 of the concatenated part MD5s and N.
+pub fn etag_multipart(e_tag: &str) -> Option<([u8; 16], u32)> {
+    let t = e_tag.trim().trim_start_matches("W/").trim_matches('"');
+    let (hex_part, n) = t.split_once('-')?;
+    let parts: u32 = n.parse().ok().filter(|&n| n >= 1)?;
+    Some((etag_md5(hex_part)?, parts))
+}
+
 impl Store for ObjectStoreBackend {
     fn url_of(&self, key: &ObjectKey) -> String {
         self.source.url_of(key)
@@ -340,11 +348,18 @@ impl Store for ObjectStoreBackend {
         Box::pin(async move {
             let (bytes, e_tag) = self.get_with_etag(key, None).await?;
             // Only S3 ETags can be an MD5 of the object; other stores' ETags are versions.
-            let md5 = match self.source.kind {
-                super::SourceKind::S3 { .. } => e_tag.as_deref().and_then(etag_md5),
-                _ => None,
+            let (md5, multipart_md5) = match self.source.kind {
+                super::SourceKind::S3 { .. } => (
+                    e_tag.as_deref().and_then(etag_md5),
+                    e_tag.as_deref().and_then(etag_multipart),
+                ),
+                _ => (None, None),
             };
-            Ok(super::Fetched { bytes, md5 })
+            Ok(super::Fetched {
+                bytes,
+                md5,
+                multipart_md5,
+            })
         })
     }
 

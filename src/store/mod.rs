@@ -33,7 +33,7 @@ mod options;
 mod resilient;
 mod source;
 
-pub use backend::{etag_md5, ObjectStoreBackend};
+pub use backend::{etag_md5, etag_multipart, ObjectStoreBackend};
 pub use blocking::BlockingStore;
 pub use counting::{CountingStore, RequestCounts};
 pub use error::{StoreError, TransientKind};
@@ -70,6 +70,9 @@ pub struct Fetched {
     /// The MD5 of the bytes as the store recorded it: an S3 ETag that is a plain MD5 (a
     /// single-part upload without SSE-KMS/SSE-C). `None` where the store gives no MD5.
     pub md5: Option<[u8; 16]>,
+    /// An S3 multipart ETag: the MD5 of the parts' MD5s and the number of parts. It checks
+    /// the bytes once the part size is known (the cache tries the usual ones).
+    pub multipart_md5: Option<([u8; 16], u32)>,
 }
 
 /// Read access to the objects under one dataset root.
@@ -92,6 +95,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
             Ok(Fetched {
                 bytes: self.get(key).await?,
                 md5: None,
+                multipart_md5: None,
             })
         })
     }
