@@ -743,8 +743,9 @@ def main(argv):
         failed = [n for n in runner.notes if n.startswith("CHECK FAILED")]
         if args.smoke:
             measured = {r["system"] for r in runner.rows if not r.get("skipped")}
-            if measured != {"local", "shardfs"}:
-                raise BenchError(f"smoke: expected local and shardfs rows, got {sorted(measured)}")
+            if not {"local", "shardfs", "null-fuse"} <= measured:
+                raise BenchError(
+                    f"smoke: expected local, shardfs and null-fuse rows, got {sorted(measured)}")
         if failed and args.smoke:
             raise BenchError("; ".join(failed))
         ok = True

@@ -25,6 +25,15 @@ for a in "$@"; do
   esac
 done
 
+# The FUSE mounts need fusermount3 (the fuse3 package); install it like tests/run.sh does.
+if ! command -v fusermount3 >/dev/null 2>&1; then
+  sudo=()
+  [ "$(id -u)" -ne 0 ] && sudo=(sudo)
+  echo "bench/run.sh: installing fuse3 (apt-get)" >&2
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq fuse3 >/dev/null
+fi
+
 profile="${BENCH_PROFILE:-$([ "$smoke" = 1 ] && echo debug || echo release)}"
 target="${CARGO_TARGET_DIR:-$repo/target}"
 if [ "$profile" = debug ]; then cargo_profile=(--profile dev); else cargo_profile=(--profile "$profile"); fi
