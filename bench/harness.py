@@ -70,7 +70,11 @@ class Procs:
 
     def cleanup(self):
         for m in list(self.mounts):
-            self.unmount(m)
+            try:
+                self.unmount(m)
+            except OSError as e:  # e.g. no fusermount3: still stop the processes below
+                log(f"unmounting {m}: {e}")
+                self.mounts.remove(m)
         for p in reversed(self.procs):
             self.stop(p, timeout=10)
 

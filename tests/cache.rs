@@ -581,6 +581,36 @@ fn headers_of_uncompressed_remote_shards_cost_one_ranged_get() {
 }
 
 #[test]
+fn bytes_from_ranged_reads_answer_sizes_but_never_reads() {
+    // Ranged GETs are not hash-checked: a corrupted ranged sample may size a file before the
+    // shard is downloaded, but reading it must return the verified shard's bytes.
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = fixtures().join("mds/basic");
+    let (faulty, counting, dataset) = instrumented(&ds, &quick_store());
+    let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+    cache.header(4).unwrap();
+    faulty.inject(Fault::Corrupt, Some("shard.00004.mds"), Some(1));
+    let damaged = cache.sample_direct(4, 3).unwrap();
+    assert_eq!(counting.for_key("shard.00004.mds").range_gets, 2);
+    let good = cache.get(4).unwrap().sample(3).unwrap();
+    assert_ne!(damaged, good, "the fault did not damage the ranged read");
+    assert_eq!(good, cache.sample(4, 3).unwrap());
+    let index = cache.dataset().index().clone();
+    let global: u64 = index.shards()[..4]
+        .iter()
+        .map(|s| u64::from(s.samples))
+        .sum::<u64>()
+        + 3;
+    let want = &expected_samples(&ds, index.columns())[global as usize];
+    let cols = mds::split_sample(&index.shards()[4].columns, &good).unwrap();
+    for (c, r) in cols.into_iter().enumerate() {
+        assert_eq!(&good[r], &want[c][..], "column {c}");
+    }
+    // Once the shard is resident, sizes come from the verified bytes too.
+    assert_eq!(cache.sample_direct(4, 3).unwrap(), good);
+}
+
+#[test]
 fn the_memory_tier_serves_repeated_samples() {
     let tmp = tempfile::tempdir().unwrap();
     let dataset = Arc::new(

@@ -2,7 +2,8 @@
 //!
 //! Headers get a quarter of `--memory-limit` (they are small and make `stat` and every
 //! read O(1)); samples the rest. Entries are immutable bytes of a dataset whose identity
-//! includes its index digest, so nothing here ever needs invalidating.
+//! includes its index digest, so nothing here ever needs invalidating. Entries from ranged
+//! reads (not hash-checked) are kept apart from verified ones (see [`Provenance`]).
 
 use crate::mds::ShardHeader;
 use bytes::Bytes;
@@ -10,8 +11,20 @@ use moka::sync::Cache;
 use std::sync::Arc;
 
 pub(crate) struct MemoryTier {
-    headers: Cache<usize, Arc<ShardHeader>>,
-    samples: Option<Cache<(usize, u32), Bytes>>,
+    headers: Cache<(usize, Provenance), Arc<ShardHeader>>,
+    samples: Option<Cache<(usize, u32, Provenance), Bytes>>,
+}
+
+/// Where an entry's bytes came from. Only `Verified` entries (parsed from a shard whose size
+/// and hash were checked) may be served as file contents; `Ranged` entries (ranged GETs of an
+/// uncompressed remote shard, which no hash covers) only answer `stat` before the shard is
+/// downloaded, and are never returned where a verified entry is asked for.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
+pub(crate) enum Provenance {
+    /// From a verified shard (or its cached file).
+    Verified,
+    /// From a ranged GET, checked only for structure.
+    Ranged,
 }
 
 impl MemoryTier {
@@ -33,21 +46,38 @@ impl MemoryTier {
         MemoryTier { headers, samples }
     }
 
+    /// The verified header of `shard`, if held.
     pub fn header(&self, shard: usize) -> Option<Arc<ShardHeader>> {
-        self.headers.get(&shard)
+        self.headers.get(&(shard, Provenance::Verified))
     }
 
-    pub fn put_header(&self, shard: usize, h: Arc<ShardHeader>) {
-        self.headers.insert(shard, h);
+    /// The header of `shard`, verified if held, else one from a ranged read.
+    pub fn header_any(&self, shard: usize) -> Option<Arc<ShardHeader>> {
+        self.header(shard)
+            .or_else(|| self.headers.get(&(shard, Provenance::Ranged)))
     }
 
+    pub fn put_header(&self, shard: usize, trust: Provenance, h: Arc<ShardHeader>) {
+        self.headers.insert((shard, trust), h);
+    }
+
+    /// The verified bytes of sample `i` of `shard`, if held.
     pub fn sample(&self, shard: usize, i: u32) -> Option<Bytes> {
-        self.samples.as_ref()?.get(&(shard, i))
+        self.samples
+            .as_ref()?
+            .get(&(shard, i, Provenance::Verified))
     }
 
-    pub fn put_sample(&self, shard: usize, i: u32, b: Bytes) {
+    /// Sample bytes, verified if held, else from a ranged read.
+    pub fn sample_any(&self, shard: usize, i: u32) -> Option<Bytes> {
+        let s = self.samples.as_ref()?;
+        s.get(&(shard, i, Provenance::Verified))
+            .or_else(|| s.get(&(shard, i, Provenance::Ranged)))
+    }
+
+    pub fn put_sample(&self, shard: usize, i: u32, trust: Provenance, b: Bytes) {
         if let Some(s) = &self.samples {
-            s.insert((shard, i), b);
+            s.insert((shard, i, trust), b);
         }
     }
 }

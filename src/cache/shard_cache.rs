@@ -4,7 +4,7 @@
 use super::dataset::Dataset;
 use super::io::{self, FileReader};
 use super::layout::Layout;
-use super::memory::MemoryTier;
+use super::memory::{MemoryTier, Provenance};
 use super::policy::{Candidate, EvictionContext, EvictionPolicy, LruPolicy};
 use super::stats::{CacheStats, Counters};
 use super::{CacheError, CacheOptions};
@@ -527,8 +527,9 @@ impl ShardCache {
 
     /// The parsed header of `shard`: from memory, from the cached file, by one ranged GET
     /// when the shard is uncompressed and not local, else by fetching the whole shard.
+    /// The header may come from a ranged read (not hash-checked): use it for sizes only.
     pub fn header(self: &Arc<Self>, shard: usize) -> Result<Arc<ShardHeader>, CacheError> {
-        if let Some(h) = self.memory.header(shard) {
+        if let Some(h) = self.memory.header_any(shard) {
             Counters::add(&self.counters.memory_hits, 1);
             return Ok(h);
         }
@@ -538,7 +539,8 @@ impl ShardCache {
         } else {
             Arc::new(self.dataset.fetch_header(shard)?)
         };
-        self.memory.put_header(shard, header.clone());
+        self.memory
+            .put_header(shard, Provenance::Ranged, header.clone());
         Ok(header)
     }
 
@@ -553,8 +555,9 @@ impl ShardCache {
 
     /// Sample `i` without filling the disk tier: memory, else the cached file if resident,
     /// else ranged GETs (header + sample) for an uncompressed shard, else a full fill.
+    /// Ranged bytes are not hash-checked: they answer `stat`, never a read.
     pub fn sample_direct(self: &Arc<Self>, shard: usize, i: u32) -> Result<Bytes, CacheError> {
-        if let Some(b) = self.memory.sample(shard, i) {
+        if let Some(b) = self.memory.sample_any(shard, i) {
             Counters::add(&self.counters.memory_hits, 1);
             return Ok(b);
         }
@@ -567,7 +570,8 @@ impl ShardCache {
             self.out_of_range(shard, format!("sample {i} of {}", header.num_samples()))
         })?;
         let b = self.dataset.fetch_range(shard, r)?;
-        self.memory.put_sample(shard, i, b.clone());
+        self.memory
+            .put_sample(shard, i, Provenance::Ranged, b.clone());
         Ok(b)
     }
 
@@ -718,7 +722,8 @@ impl ShardCache {
         let raw = self.dataset.fetch_shard(shard, self.opts.verify_attempts)?;
         self.counters.fetch_latency.observe(started.elapsed());
         if let Ok(h) = ShardHeader::parse(&raw) {
-            self.memory.put_header(shard, Arc::new(h));
+            self.memory
+                .put_header(shard, Provenance::Verified, Arc::new(h));
         }
         let key = self.key(shard)?;
         let dest = self.layout.shard_path(key);
@@ -983,7 +988,9 @@ impl ShardHandle {
             file: path(),
             reason: e.to_string(),
         })?);
-        self.cache.memory.put_header(self.shard, h.clone());
+        self.cache
+            .memory
+            .put_header(self.shard, Provenance::Verified, h.clone());
         Ok(h)
     }
 
@@ -1000,7 +1007,9 @@ impl ShardHandle {
                 .out_of_range(self.shard, format!("sample {i} of {}", h.num_samples()))
         })?;
         let b = self.read_at(r.start, (r.end - r.start) as usize)?;
-        self.cache.memory.put_sample(self.shard, i, b.clone());
+        self.cache
+            .memory
+            .put_sample(self.shard, i, Provenance::Verified, b.clone());
         Ok(b)
     }
 }

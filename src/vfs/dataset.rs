@@ -168,7 +168,7 @@ impl MdsDataset {
         sample: u64,
         column: u32,
         for_size: bool,
-        f: impl FnOnce(&mds::Encoding, &Bytes) -> Result<T, mds::MdsError>,
+        f: impl Fn(&mds::Encoding, &Bytes) -> Result<T, mds::MdsError>,
     ) -> Result<T, SourceError> {
         let (stream, shard, i) = self.locate(sample).ok_or(SourceError::Missing)?;
         let entry = stream
@@ -183,23 +183,41 @@ impl MdsDataset {
             shard: name.clone(),
             why,
         };
-        let raw_sample = if for_size {
-            stream.shards.sample_for_size(shard, i)
-        } else {
-            stream.shards.sample(shard, i)
+        let split = |raw_sample: Bytes| -> Result<Bytes, SourceError> {
+            let ranges = mds::split_sample(&entry.columns, &raw_sample)
+                .map_err(|e| fail(format!("sample {i}: {e}")))?;
+            let r = ranges
+                .get(column as usize)
+                .cloned()
+                .ok_or(SourceError::Missing)?;
+            if r.start > r.end || r.end > raw_sample.len() {
+                return Err(fail(format!("column {column} of sample {i} out of bounds")));
+            }
+            Ok(raw_sample.slice(r))
+        };
+        let render =
+            |raw: Bytes| f(enc, &raw).map_err(|e| fail(format!("sample {i} column {column}: {e}")));
+        if for_size {
+            // Ranged reads are not hash-checked: bytes that do not parse fall back to the
+            // verified whole shard instead of failing `stat`.
+            let ranged = stream
+                .shards
+                .sample_for_size(shard, i)
+                .map_err(&fail)
+                .and_then(split)
+                .and_then(render);
+            match ranged {
+                Ok(v) => return Ok(v),
+                Err(e) => tracing::warn!(
+                    shard = %name,
+                    sample = i,
+                    error = %e,
+                    "ranged read for a file size failed; fetching the whole shard"
+                ),
+            }
         }
-        .map_err(&fail)?;
-        let ranges = mds::split_sample(&entry.columns, &raw_sample)
-            .map_err(|e| fail(format!("sample {i}: {e}")))?;
-        let r = ranges
-            .get(column as usize)
-            .cloned()
-            .ok_or(SourceError::Missing)?;
-        if r.start > r.end || r.end > raw_sample.len() {
-            return Err(fail(format!("column {column} of sample {i} out of bounds")));
-        }
-        let raw = raw_sample.slice(r);
-        f(enc, &raw).map_err(|e| fail(format!("sample {i} column {column}: {e}")))
+        let raw_sample = stream.shards.sample(shard, i).map_err(&fail)?;
+        render(split(raw_sample)?)
     }
 
     fn resident(&self, sample: u64) -> bool {

@@ -1,0 +1,254 @@
+#!/usr/bin/env python3
+"""shardfs soak and fault run: many readers, several ranks and epochs, a cache a third of the
+dataset, against the bench S3 server injecting faults; every byte checked.
+
+The dataset (bench-gen, hashless like MDSWriter's default, served with multipart ETags as
+`aws s3 cp` uploads them) is mounted twice with the same ordering options: through the faulty
+server (the mount under test) and from its local folder (the reference, no network). Reader
+processes take (rank, epoch) pairs in turn and read every file of `rank-R/epoch-E/` in order,
+comparing each with the reference's file of the same name. A read that fails (EIO) is counted
+and tried again once a second later (recovered or not). The daemon's RSS and open file
+descriptors are sampled every second. Printed at the end (and written as JSON): reads, bytes,
+faults injected by kind, wrong bytes, EIOs and recoveries, verification failures the mount
+caught, RSS and fds over the first and the last window. Exit status 1 when any byte was wrong
+or an EIO did not recover.
+
+Run through bench/soak.sh (it builds the binaries); `--short` is the minute-long CI mode.
+"""
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from harness import ACCESS_KEY, SECRET_KEY, BUCKET, Procs, wait_for, log  # noqa: E402
+
+
+def rss_kb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def fds(pid):
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return 0
+
+
+def reader(wid, jobs, mnt, ref, deadline, out):
+    """Reads (rank, epoch) folders from `jobs` until the deadline; compares with `ref`."""
+    stats = {"files": 0, "bytes": 0, "wrong_files": 0, "wrong_bytes": 0, "eio": 0,
+             "recovered": 0, "unrecovered": 0, "examples": []}
+    while time.time() < deadline:
+        try:
+            rank, epoch = jobs.get(timeout=1)
+        except Exception:
+            continue
+        rel = f"rank-{rank}/epoch-{epoch}"
+        try:
+            names = sorted(os.listdir(os.path.join(ref, rel)))
+        except OSError as e:
+            stats["examples"].append(f"list {rel}: {e}")
+            continue
+        for name in names:
+            if time.time() >= deadline:
+                break
+            with open(os.path.join(ref, rel, name), "rb") as f:
+                want = f.read()
+            got = None
+            for attempt in range(2):
+                try:
+                    with open(os.path.join(mnt, rel, name), "rb") as f:
+                        got = f.read()
+                    if attempt == 1:
+                        stats["recovered"] += 1
+                    break
+                except OSError as e:
+                    if attempt == 0:
+                        stats["eio"] += 1
+                        time.sleep(1)
+                    else:
+                        stats["unrecovered"] += 1
+                        if len(stats["examples"]) < 5:
+                            stats["examples"].append(f"{rel}/{name}: {e}")
+            if got is None:
+                continue
+            stats["files"] += 1
+            stats["bytes"] += len(got)
+            if got != want:
+                stats["wrong_files"] += 1
+                n = min(len(got), len(want))
+                stats["wrong_bytes"] += sum(1 for i in range(n) if got[i] != want[i]) + abs(
+                    len(got) - len(want))
+                if len(stats["examples"]) < 5:
+                    stats["examples"].append(f"{rel}/{name}: wrong bytes")
+    out.put(stats)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--bins", required=True, help="JSON of binary paths (from soak.sh)")
+    ap.add_argument("--short", action="store_true", help="about a minute, for CI")
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--readers", type=int, default=64)
+    ap.add_argument("--ranks", type=int, default=4, help="ranks served by the mount")
+    ap.add_argument("--samples", type=int, default=6000)
+    ap.add_argument("--mean-bytes", type=int, default=20000)
+    ap.add_argument("--shard-bytes", type=int, default=1 << 21)
+    ap.add_argument("--fault-rate", type=float, default=0.2)
+    ap.add_argument("--memory-limit", type=int, default=32 << 20,
+                    help="the mount's memory tier, small so RSS reaches its steady state early")
+    ap.add_argument("--stall-ms", type=int, default=1500)
+    ap.add_argument("--window-s", type=float, default=60.0,
+                    help="first/last window compared for RSS and fds")
+    ap.add_argument("--out", default=os.path.join(HERE, "out"))
+    args = ap.parse_args()
+    if args.short:
+        args.minutes, args.readers, args.samples, args.window_s = 1.0, 16, 2000, 15.0
+    bins = json.loads(args.bins)
+    procs = Procs()
+    work = tempfile.mkdtemp(prefix="shardfs-soak-")
+    try:
+        return run(args, bins, procs, work)
+    finally:
+        procs.cleanup()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def run(args, bins, procs, work):
+    data = os.path.join(work, "s3root", BUCKET)
+    os.makedirs(data)
+    gen = subprocess.run([bins["gen"], "--out", data, "--samples", str(args.samples),
+                          "--mean-bytes", str(args.mean_bytes), "--shard-bytes",
+                          str(args.shard_bytes), "--seed", "7"],
+                         capture_output=True, text=True, check=True)
+    dataset_bytes = sum(os.path.getsize(os.path.join(r, f))
+                        for r, _, fs in os.walk(os.path.join(data, "mds")) for f in fs)
+    log(f"dataset: {args.samples} samples, {dataset_bytes / 1e6:.1f} MB of shards ({gen.stdout.strip()[:80]})")
+    shutil.rmtree(os.path.join(data, "plain"), ignore_errors=True)
+
+    srv_out = open(os.path.join(work, "server.out"), "w+")
+    server = procs.start([bins["server"], os.path.join(work, "s3root"), "--latency-ms", "2",
+                          "--etags", "multipart", "--fault-rate", str(args.fault_rate),
+                          "--stall-ms", str(args.stall_ms), "--fault-seed", "42"],
+                         stdout=srv_out, stderr=open(os.path.join(work, "server.err"), "w"))
+    endpoint = None
+
+    def up():
+        nonlocal endpoint
+        if server.poll() is not None:
+            raise RuntimeError("bench S3 server exited")
+        srv_out.seek(0)
+        text = srv_out.read()
+        if "listening on " in text:
+            endpoint = text.split("listening on ", 1)[1].split()[0]
+            return True
+        return False
+    wait_for(up, 60, "the bench S3 server")
+
+    epochs = 50
+    order = ["--shuffle", "--ranks-per-node", str(args.ranks), "--workers", "2",
+             "--batch-size", "8", "--epochs", str(epochs)]
+    mnt, ref = os.path.join(work, "mnt"), os.path.join(work, "ref")
+    os.makedirs(mnt)
+    os.makedirs(ref)
+    limit = max(dataset_bytes // 3, 4 * args.shard_bytes)
+    env = dict(os.environ, AWS_ACCESS_KEY_ID=ACCESS_KEY, AWS_SECRET_ACCESS_KEY=SECRET_KEY,
+               AWS_REGION="us-east-1")
+    env.pop("AWS_CA_BUNDLE", None)
+    m = procs.start([bins["shardfs"], "mount", f"s3://{BUCKET}/mds", mnt, "--foreground",
+                     "--endpoint-url", endpoint, "--cache-dir", os.path.join(work, "cache"),
+                     "--cache-limit", str(limit), "--memory-limit", str(args.memory_limit),
+                     "--log-level", "warn"] + order,
+                    env=env, stderr=open(os.path.join(work, "mount.log"), "w"))
+    procs.mounts.append(mnt)
+    r = procs.start([bins["shardfs"], "mount", os.path.join(data, "mds"), ref, "--foreground",
+                     "--cache-dir", os.path.join(work, "cache-ref")] + order,
+                    stderr=subprocess.DEVNULL)
+    procs.mounts.append(ref)
+    wait_for(lambda: os.path.ismount(mnt) and os.path.ismount(ref), 120, "the two mounts")
+    log(f"mounted; cache limit {limit / 1e6:.1f} MB (a third of the dataset), "
+        f"{args.readers} readers, {args.minutes} min, fault rate {args.fault_rate}")
+
+    ctx = mp.get_context("fork")
+    jobs, out = ctx.Queue(), ctx.Queue()
+    # Most jobs are never taken: do not wait at exit to flush them into the pipe.
+    jobs.cancel_join_thread()
+    for e in range(epochs):
+        for rank in range(args.ranks):
+            jobs.put((rank, e))
+    start = time.time()
+    deadline = start + args.minutes * 60
+    workers = [ctx.Process(target=reader, args=(i, jobs, mnt, ref, deadline, out))
+               for i in range(args.readers)]
+    for w in workers:
+        w.start()
+    samples = []
+    while time.time() < deadline:
+        samples.append((time.time() - start, rss_kb(m.pid), fds(m.pid)))
+        time.sleep(1)
+    results = [out.get(timeout=120) for _ in workers]
+    for w in workers:
+        w.join(30)
+    elapsed = time.time() - start
+
+    def window(lo, hi):
+        xs = [s for s in samples if lo <= s[0] < hi]
+        if not xs:
+            return {"rss_mb": None, "fds": None}
+        return {"rss_mb": round(sum(s[1] for s in xs) / len(xs) / 1024, 1),
+                "fds": round(sum(s[2] for s in xs) / len(xs), 1)}
+    first = window(0, args.window_s)
+    last = window(elapsed - args.window_s, elapsed + 1)
+    stats = json.loads(subprocess.run(["curl", "-sf", f"{endpoint}/__bench/stats"],
+                                      capture_output=True, text=True, check=True).stdout)
+    with open(os.path.join(mnt, ".shardfs", "status.json")) as f:
+        status = json.load(f)
+    total = {k: sum(x[k] for x in results) for k in
+             ("files", "bytes", "wrong_files", "wrong_bytes", "eio", "recovered", "unrecovered")}
+    cache = status["cache"][0]
+    report = {
+        "minutes": round(elapsed / 60, 2), "readers": args.readers, "ranks": args.ranks,
+        "dataset_mb": round(dataset_bytes / 1e6, 1), "cache_limit_mb": round(limit / 1e6, 1),
+        "fault_rate": args.fault_rate, **total,
+        "files_per_s": round(total["files"] / elapsed, 1),
+        "faults_injected": stats.get("faults", {}),
+        "faults_total": sum(stats.get("faults", {}).values()),
+        "server_gets": stats["gets"], "fetched_mb": round(cache["bytes_fetched"] / 1e6, 1),
+        "shards_fetched": cache["shards_fetched"], "evictions": cache["evictions"],
+        "verify_failures_caught": cache["verify_failures"],
+        "fill_failures": cache["fill_failures"], "shard_errors": status["errors"]["count"],
+        "rss_fds_first_window": first, "rss_fds_last_window": last,
+        "examples": sum((x["examples"] for x in results), [])[:10],
+    }
+    os.makedirs(args.out, exist_ok=True)
+    name = "soak-short.json" if args.short else "soak-latest.json"
+    with open(os.path.join(args.out, name), "w") as f:
+        json.dump(report, f, indent=2)
+    print(json.dumps(report, indent=2))
+    ok = total["wrong_bytes"] == 0 and total["unrecovered"] == 0 and total["files"] > 0
+    print(f"\nsoak: {total['files']} files read, {report['faults_total']} faults injected, "
+          f"{total['wrong_bytes']} wrong bytes, {total['eio']} EIO ({total['recovered']} "
+          f"recovered, {total['unrecovered']} not), RSS {first['rss_mb']} -> {last['rss_mb']} MB, "
+          f"fds {first['fds']} -> {last['fds']}: {'PASS' if ok else 'FAIL'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(1))
+    sys.exit(main())
