@@ -11,6 +11,7 @@ use moka::sync::Cache;
 use std::sync::Arc;
 
 pub(crate) struct MemoryTier {
+    sample_budget: u64,
     headers: Cache<(usize, Provenance), Arc<ShardHeader>>,
     samples: Option<Cache<(usize, u32, Provenance), Bytes>>,
 }
@@ -43,7 +44,16 @@ impl MemoryTier {
                 .weigher(|_, b: &Bytes| u32::try_from(b.len() + 32).unwrap_or(u32::MAX))
                 .build()
         });
-        MemoryTier { headers, samples }
+        MemoryTier {
+            sample_budget,
+            headers,
+            samples,
+        }
+    }
+
+    /// Bytes the sample cache may hold.
+    pub fn sample_budget(&self) -> u64 {
+        self.samples.as_ref().map_or(0, |_| self.sample_budget)
     }
 
     /// The verified header of `shard`, if held.

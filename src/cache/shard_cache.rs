@@ -545,12 +545,18 @@ impl ShardCache {
     }
 
     /// Sample `i` of `shard`: memory tier, else the cached file (fetching the shard if needed).
+    /// Verified bytes only; when the disk cannot take the shard, the verified samples the
+    /// failed fill left in memory still answer.
     pub fn sample(self: &Arc<Self>, shard: usize, i: u32) -> Result<Bytes, CacheError> {
         if let Some(b) = self.memory.sample(shard, i) {
             Counters::add(&self.counters.memory_hits, 1);
             return Ok(b);
         }
-        self.get(shard)?.sample(i)
+        match self.get(shard) {
+            Ok(h) => h.sample(i),
+            Err(e @ CacheError::Io { .. }) => self.memory.sample(shard, i).ok_or(e),
+            Err(e) => Err(e),
+        }
     }
 
     /// Sample `i` without filling the disk tier: memory, else the cached file if resident,
@@ -615,6 +621,7 @@ impl ShardCache {
             disk_misses: Counters::load(&c.disk_misses),
             evictions: Counters::load(&c.evictions),
             fill_failures: Counters::load(&c.fill_failures),
+            disk_write_failures: Counters::load(&c.disk_write_failures),
             verify_failures: Counters::load(&c.verify_failures),
             usage_bytes: st.usage,
             limit_bytes: self.limit,
@@ -728,9 +735,24 @@ impl ShardCache {
         let key = self.key(shard)?;
         let dest = self.layout.shard_path(key);
         let sum = xxhash_rust::xxh3::xxh3_64(&raw);
-        self.layout.write_sum(key, sum)?;
-        self.layout
-            .write_atomically(&raw, &dest, &format!("shard{shard}"))?;
+        let written = self.layout.write_sum(key, sum).and_then(|()| {
+            self.layout
+                .write_atomically(&raw, &dest, &format!("shard{shard}"))
+        });
+        if let Err(e) = written {
+            // A full or failing cache disk: the verified bytes are in hand, so readers can
+            // still be served from the memory tier when it can hold them; the next read
+            // of another sample tries the disk again.
+            Counters::add(&self.counters.disk_write_failures, 1);
+            let kept = self.keep_in_memory(shard, &raw);
+            tracing::warn!(
+                shard,
+                error = %e,
+                served_from_memory = kept,
+                "cannot write to the cache disk"
+            );
+            return Err(e);
+        }
         // Written and checked just now: trusted as it is on disk.
         let verified = std::fs::metadata(&dest).ok().map(|m| FileStamp::of(&m));
         self.trust
@@ -740,6 +762,29 @@ impl ShardCache {
         Counters::add(&self.counters.shards_fetched, 1);
         tracing::debug!(shard, bytes = raw.len(), "shard cached");
         Ok(raw.len() as u64)
+    }
+
+    /// Puts every sample of a verified shard into the memory tier when it fits in half of
+    /// the tier's sample budget (so one shard cannot flush everything else). True if kept.
+    fn keep_in_memory(&self, shard: usize, raw: &Bytes) -> bool {
+        if raw.len() as u64 > self.memory.sample_budget() / 2 {
+            return false;
+        }
+        let Ok(header) = ShardHeader::parse(raw) else {
+            return false;
+        };
+        for i in 0..header.num_samples() {
+            let Ok(r) = header.sample_range(i) else {
+                return false;
+            };
+            let (start, end) = (r.start as usize, r.end as usize);
+            if start > end || end > raw.len() {
+                return false;
+            }
+            self.memory
+                .put_sample(shard, i, Provenance::Verified, raw.slice(start..end));
+        }
+        true
     }
 
     /// Evicts until `need` more bytes fit, asking the policy for victims.

@@ -26,6 +26,8 @@ pub struct CacheStats {
     pub fill_failures: u64,
     /// Downloads rejected by size/hash verification and re-fetched or abandoned.
     pub verify_failures: u64,
+    /// Verified shards that could not be written to the cache disk (full or failing).
+    pub disk_write_failures: u64,
     /// Bytes of shards currently on disk.
     pub usage_bytes: u64,
     /// The disk budget (`u64::MAX` when unlimited).
@@ -50,6 +52,7 @@ pub(crate) struct Counters {
     pub evictions: AtomicU64,
     pub fill_failures: AtomicU64,
     pub verify_failures: AtomicU64,
+    pub disk_write_failures: AtomicU64,
     /// How long whole-shard downloads (with verification) took.
     pub fetch_latency: crate::latency::LatencyHistogram,
 }

@@ -242,10 +242,14 @@ fn families(status: &Value) -> Vec<(&'static str, &'static str, Family)> {
     let sum = |field: &str| streams.iter().filter_map(|s| num(&s[field])).sum::<f64>();
     errors.push((label(&[("kind", "fill_failed")]), sum("fill_failures")));
     errors.push((label(&[("kind", "verify_failed")]), sum("verify_failures")));
+    errors.push((
+        label(&[("kind", "disk_write_failed")]),
+        sum("disk_write_failures"),
+    ));
     if let Some(n) = num(&ra["prefetch_errors"]) {
         errors.push((label(&[("kind", "prefetch_failed")]), n));
     }
-    out.push(("shardfs_errors", "Failures by kind: reads answered EIO (shard_unavailable), failed shard fills, downloads or cached files that failed verification, failed prefetches.", Family::Counter(errors)));
+    out.push(("shardfs_errors", "Failures by kind: reads answered EIO (shard_unavailable), failed shard fills, downloads or cached files that failed verification, shards the cache disk could not take, failed prefetches.", Family::Counter(errors)));
     out.push((
         "shardfs_uptime_seconds",
         "Seconds since the mount started.",

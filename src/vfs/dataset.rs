@@ -43,12 +43,8 @@ pub struct CachedShards(pub Arc<ShardCache>);
 
 impl ShardStore for CachedShards {
     fn sample(&self, shard: usize, i: u32) -> Result<Bytes, String> {
-        // Fill (and verify) the whole shard first (`get`): the memory tier may hold this sample
-        // from a ranged read for `stat`, which no hash covers.
-        self.0
-            .get(shard)
-            .and_then(|h| h.sample(i))
-            .map_err(|e| e.to_string())
+        // Verified bytes only: the memory tier's verified samples, else the filled shard.
+        self.0.sample(shard, i).map_err(|e| e.to_string())
     }
     fn sample_for_size(&self, shard: usize, i: u32) -> Result<Bytes, String> {
         self.0.sample_direct(shard, i).map_err(|e| e.to_string())
