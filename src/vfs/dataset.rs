@@ -36,6 +36,10 @@ pub trait ShardStore: Send + Sync {
     fn is_resident(&self, shard: usize) -> bool;
     /// Live counters for `status.json`.
     fn status(&self) -> serde_json::Value;
+    /// Where the shards come from (the dataset's URL), for error messages.
+    fn source(&self) -> String {
+        String::new()
+    }
 }
 
 /// The disk cache as a [`ShardStore`].
@@ -64,6 +68,9 @@ impl ShardStore for CachedShards {
     }
     fn is_resident(&self, shard: usize) -> bool {
         self.0.is_resident(shard)
+    }
+    fn source(&self) -> String {
+        self.0.dataset().id().source.clone()
     }
     fn status(&self) -> serde_json::Value {
         let mut v = serde_json::to_value(self.0.stats()).unwrap_or_default();
@@ -176,6 +183,7 @@ impl MdsDataset {
         let enc = cols.1.get(column as usize).ok_or(SourceError::Missing)?;
         let name = entry.raw.basename.clone();
         let fail = |why: String| SourceError::Shard {
+            store: stream.shards.source(),
             shard: name.clone(),
             why,
         };

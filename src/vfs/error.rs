@@ -22,6 +22,8 @@ pub enum VfsError {
     /// The shard behind a file could not be served.
     #[error("shard {shard}: {why}")]
     Shard {
+        /// The dataset (its store URL) the shard belongs to.
+        store: String,
         /// The shard's name.
         shard: String,
         /// What went wrong.
@@ -36,7 +38,7 @@ impl From<SourceError> for VfsError {
     fn from(e: SourceError) -> Self {
         match e {
             SourceError::Missing => VfsError::NotFound,
-            SourceError::Shard { shard, why } => VfsError::Shard { shard, why },
+            SourceError::Shard { store, shard, why } => VfsError::Shard { store, shard, why },
         }
     }
 }

@@ -280,8 +280,8 @@ impl Vfs {
     }
 
     fn source_failed(&self, e: SourceError) -> VfsError {
-        if let SourceError::Shard { shard, why } = &e {
-            self.errors.record(shard, why);
+        if let SourceError::Shard { store, shard, why } = &e {
+            self.errors.record(store, shard, why);
         }
         e.into()
     }

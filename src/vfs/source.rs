@@ -33,6 +33,8 @@ pub enum SourceError {
     /// The shard could not be fetched, failed its hash, or its bytes are malformed.
     #[error("shard {shard}: {why}")]
     Shard {
+        /// The dataset (its store URL) the shard belongs to.
+        store: String,
         /// The shard's name (its basename in the dataset).
         shard: String,
         /// What went wrong.

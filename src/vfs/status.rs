@@ -16,9 +16,10 @@ pub struct ErrorLog {
 }
 
 impl ErrorLog {
-    /// Records that `shard` failed for `why` (also logged); a repeat of the latest failure
-    /// within [`SAME_FAILURE_SECS`] only refreshes its time.
-    pub fn record(&self, shard: &str, why: &str) {
+    /// Records that `shard` of the dataset at `store` failed for `why` (also logged, one
+    /// line naming all three); a repeat of the latest failure within [`SAME_FAILURE_SECS`]
+    /// only refreshes its time.
+    pub fn record(&self, store: &str, shard: &str, why: &str) {
         let at = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -28,18 +29,21 @@ impl ErrorLog {
             let recent = last["unix_time"]
                 .as_u64()
                 .is_some_and(|t| at.saturating_sub(t) <= SAME_FAILURE_SECS);
-            if recent && last["shard"] == shard && last["why"] == why {
+            if recent && last["store"] == store && last["shard"] == shard && last["why"] == why {
                 last["unix_time"] = at.into();
                 return;
             }
         }
         tracing::error!(
+            store,
             shard,
             why,
             "shard unavailable: reads of its samples return EIO"
         );
         g.0 += 1;
-        g.1.push_front(serde_json::json!({"shard": shard, "why": why, "unix_time": at}));
+        g.1.push_front(
+            serde_json::json!({"store": store, "shard": shard, "why": why, "unix_time": at}),
+        );
         g.1.truncate(KEEP);
     }
 

@@ -59,6 +59,7 @@ impl SampleSource for Memory {
     ) -> Result<bytes::Bytes, SourceError> {
         if Some(self.shard_of(sample).ok_or(SourceError::Missing)?) == self.broken_shard {
             return Err(SourceError::Shard {
+                store: "file:///data".into(),
                 shard: "shard.00001.mds".into(),
                 why: "hash mismatch".into(),
             });

@@ -298,6 +298,24 @@ fn shard_failure_is_eio_for_its_files_only_and_reported() {
     let s = m.status();
     assert!(s["errors"]["count"].as_u64().unwrap() >= 1);
     assert_eq!(s["errors"]["recent"][0]["shard"], "shard.00001.mds", "{s}");
+    // One log line names the store, the shard and the reason.
+    let store = s["errors"]["recent"][0]["store"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(
+        store.starts_with("file://") && store.contains(tmp.path().to_str().unwrap()),
+        "{s}"
+    );
+    let log = std::fs::read_to_string(m.cache.join("shardfs.log")).unwrap();
+    let line = log
+        .lines()
+        .find(|l| l.contains("shard unavailable"))
+        .unwrap_or_else(|| panic!("no error line in {log}"));
+    assert!(
+        line.contains(&store) && line.contains("shard.00001.mds") && line.contains("hash"),
+        "{line}"
+    );
 }
 
 #[test]
