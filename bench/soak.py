@@ -68,8 +68,12 @@ def reader(wid, jobs, mnt, ref, deadline, out):
         for name in names:
             if time.time() >= deadline:
                 break
-            with open(os.path.join(ref, rel, name), "rb") as f:
-                want = f.read()
+            try:
+                with open(os.path.join(ref, rel, name), "rb") as f:
+                    want = f.read()
+            except OSError as e:  # the reference mount is local: this is the harness's fault
+                stats["examples"].append(f"reference {rel}/{name}: {e}")
+                break
             got = None
             for attempt in range(2):
                 try:

@@ -611,6 +611,33 @@ fn bytes_from_ranged_reads_answer_sizes_but_never_reads() {
 }
 
 #[test]
+fn a_stalled_download_does_not_hold_up_other_shards() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (faulty, _counting, dataset) =
+        instrumented(&fixtures().join("mds/compressed-zstd"), &quick_store());
+    let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+    faulty.inject(
+        Fault::Latency(Duration::from_secs(3)),
+        Some("shard.00000.mds.zstd"),
+        Some(1),
+    );
+    let stalled = {
+        let cache = cache.clone();
+        std::thread::spawn(move || cache.get(0).map(|h| h.sample(0).unwrap().len()))
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    // Other shards are fetched and read while shard 0's download hangs.
+    for shard in 1..4 {
+        cache.get(shard).unwrap().sample(0).unwrap();
+    }
+    assert!(
+        !stalled.is_finished(),
+        "the stalled download ended too early to prove anything"
+    );
+    assert!(stalled.join().unwrap().unwrap() > 0);
+}
+
+#[test]
 fn the_memory_tier_serves_repeated_samples() {
     let tmp = tempfile::tempdir().unwrap();
     let dataset = Arc::new(
