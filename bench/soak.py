@@ -238,6 +238,8 @@ def run(args, bins, procs, work):
         "verify_failures_caught": cache["verify_failures"],
         "fill_failures": cache["fill_failures"], "shard_errors": status["errors"]["count"],
         "rss_fds_first_window": first, "rss_fds_last_window": last,
+        "rss_mb_per_minute": [window(60 * k, 60 * (k + 1))["rss_mb"]
+                              for k in range(int(elapsed // 60) + 1)],
         "examples": sum((x["examples"] for x in results), [])[:10],
     }
     os.makedirs(args.out, exist_ok=True)
