@@ -452,21 +452,33 @@ fn check_all_bytes(m: &Mount, exp: &Expected, ranks: &[u64]) {
     }
 }
 
-/// Bytes of regular files under `dir`.
+/// Bytes of regular files in the cache folder `dir`. A walk is not atomic, so it is ordered to
+/// not count more than was there: each `tmp/` folder (fills in progress) before its siblings,
+/// each inode once, so a fill renamed from `tmp/` into `shards/` during the walk counts once.
 fn disk_usage(dir: &Path) -> u64 {
+    let mut seen = std::collections::HashMap::new();
+    files_by_inode(dir, &mut seen);
+    seen.values().sum()
+}
+
+fn files_by_inode(dir: &Path, seen: &mut std::collections::HashMap<(u64, u64), u64>) {
+    use std::os::unix::fs::MetadataExt;
     let Ok(rd) = std::fs::read_dir(dir) else {
-        return 0;
+        return;
     };
-    rd.filter_map(|e| e.ok())
-        .map(|e| {
-            let p = e.path();
-            match e.file_type() {
-                Ok(t) if t.is_dir() => disk_usage(&p),
-                Ok(t) if t.is_file() => e.metadata().map(|m| m.len()).unwrap_or(0),
-                _ => 0,
+    let mut entries: Vec<_> = rd.filter_map(|e| e.ok()).collect();
+    entries.sort_by_key(|e| e.file_name() != "tmp");
+    for e in entries {
+        match e.file_type() {
+            Ok(t) if t.is_dir() => files_by_inode(&e.path(), seen),
+            Ok(t) if t.is_file() => {
+                if let Ok(m) = e.metadata() {
+                    seen.insert((m.dev(), m.ino()), m.len());
+                }
             }
-        })
-        .sum()
+            _ => {}
+        }
+    }
 }
 
 #[test]
