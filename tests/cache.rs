@@ -954,6 +954,13 @@ fn hashless_copy(name: &str, into: &Path) -> std::path::PathBuf {
     }
     let mut index: serde_json::Value =
         serde_json::from_slice(&std::fs::read(to.join("index.json")).unwrap()).unwrap();
+    strip_hashes(&mut index);
+    std::fs::write(to.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
+    to
+}
+
+/// Removes every hash from a parsed index.json.
+fn strip_hashes(index: &mut serde_json::Value) {
     for shard in index["shards"].as_array_mut().unwrap() {
         shard["hashes"] = serde_json::json!([]);
         for file in ["raw_data", "zip_data"] {
@@ -962,42 +969,22 @@ fn hashless_copy(name: &str, into: &Path) -> std::path::PathBuf {
             }
         }
     }
-    std::fs::write(to.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
-    to
 }
 
 #[test]
 fn a_corrupted_s3_download_of_a_hashless_dataset_is_caught_by_the_etag_md5() {
-    let tmp = tempfile::tempdir().unwrap();
-    let ds = hashless_copy("basic", tmp.path());
     let moto = crate::common::moto::moto();
-    moto.upload_dir("cache-tests", "hashless/basic", &ds);
+    moto.upload_dir(
+        "cache-tests",
+        "hashless/basic",
+        &fixtures().join("mds/basic"),
+    );
     let store_opts = crate::common::moto::s3_options(&moto.endpoint);
-    let source = store::Source::parse("s3://cache-tests/hashless/basic").unwrap();
-    let backend = store::ObjectStoreBackend::open(&source, &store_opts).unwrap();
-    let counting = Arc::new(CountingStore::new(Arc::new(backend)));
-    let faulty = Arc::new(FaultyStore::new(counting.clone()));
-    let resilient = Arc::new(ResilientStore::new(faulty.clone(), &store_opts));
-    let bs = BlockingStore::new(resilient, 2).unwrap();
-    let dataset = Arc::new(Dataset::from_store(bs, source.canonical()).unwrap());
-    assert!(dataset.index().shards()[0].raw.hashes.is_empty());
-    let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
-    // One flipped byte in the body (headers intact): the MD5 differs from the ETag, refetched.
-    faulty.inject(Fault::Corrupt, Some("shard.00000.mds"), Some(1));
-    check_every_sample(&cache, &ds);
-    assert_eq!(counting.for_key("shard.00000.mds").gets, 2);
-    assert_eq!(cache.stats().verify_failures, 1);
-    // Damaged every time: an error naming the shard after the retry budget, nothing cached.
-    faulty.inject(Fault::Corrupt, Some("shard.00001.mds"), None);
-    assert!(cache.evict(1));
-    let e = cache.get(1).unwrap_err();
-    assert!(matches!(e, CacheError::Corrupt { shard: 1, .. }), "{e:?}");
-    assert!(e.to_string().contains("ETag"), "{e}");
-    assert!(!cache.shard_path(1).unwrap().exists());
-    // The next read tries again (no poisoned state) and succeeds once the link is clean.
-    faulty.clear();
-    cache.get(1).unwrap();
-    check_every_sample(&cache, &ds);
+    a_damaged_download_of_a_hashless_dataset_is_caught(
+        "s3://cache-tests/hashless/basic",
+        &store_opts,
+        "ETag",
+    );
 }
 
 #[test]
@@ -1011,42 +998,55 @@ fn etags_stand_for_an_md5_only_when_they_look_like_one() {
     assert!(store::etag_md5("CJ2k8f2Q8oMDEAE=").is_none());
 }
 
-/// A store whose ETags look like MD5s but are not (as with SSE-KMS or SSE-C objects).
-#[derive(Debug)]
-struct KmsEtags(Arc<dyn store::Store>);
+/// A store over another whose whole-object answers are rewritten: `index` rewrites the
+/// bytes of `index.json`, `fetched` what `get_fetched` returns (store checksums included).
+struct Rewritten {
+    inner: Arc<dyn store::Store>,
+    index: fn(bytes::Bytes) -> bytes::Bytes,
+    fetched: fn(store::Fetched) -> store::Fetched,
+}
 
-impl store::Store for KmsEtags {
+impl std::fmt::Debug for Rewritten {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Rewritten({:?})", self.inner)
+    }
+}
+
+impl store::Store for Rewritten {
     fn url_of(&self, key: &store::ObjectKey) -> String {
-        self.0.url_of(key)
+        self.inner.url_of(key)
     }
     fn head<'a>(&'a self, key: &'a store::ObjectKey) -> store::StoreFuture<'a, store::ObjectInfo> {
-        self.0.head(key)
+        self.inner.head(key)
     }
     fn get_range<'a>(
         &'a self,
         key: &'a store::ObjectKey,
         range: std::ops::Range<u64>,
     ) -> store::StoreFuture<'a, bytes::Bytes> {
-        self.0.get_range(key, range)
+        self.inner.get_range(key, range)
     }
     fn get<'a>(&'a self, key: &'a store::ObjectKey) -> store::StoreFuture<'a, bytes::Bytes> {
-        self.0.get(key)
+        Box::pin(async move {
+            let b = self.inner.get(key).await?;
+            Ok(if key.as_str() == "index.json" {
+                (self.index)(b)
+            } else {
+                b
+            })
+        })
     }
     fn get_fetched<'a>(
         &'a self,
         key: &'a store::ObjectKey,
     ) -> store::StoreFuture<'a, store::Fetched> {
-        Box::pin(async move {
-            let mut f = self.0.get_fetched(key).await?;
-            f.md5 = Some([0xab; 16]);
-            Ok(f)
-        })
+        Box::pin(async move { Ok((self.fetched)(self.inner.get_fetched(key).await?)) })
     }
     fn list<'a>(
         &'a self,
         prefix: Option<&'a store::ObjectKey>,
     ) -> store::StoreFuture<'a, Vec<store::ObjectInfo>> {
-        self.0.list(prefix)
+        self.inner.list(prefix)
     }
 }
 
@@ -1057,7 +1057,15 @@ fn etags_that_are_not_md5s_cost_a_second_download_not_an_error() {
     let source = store::Source::parse(ds.to_str().unwrap()).unwrap();
     let backend = store::ObjectStoreBackend::open(&source, &quick_store()).unwrap();
     let counting = Arc::new(CountingStore::new(Arc::new(backend)));
-    let kms = Arc::new(KmsEtags(counting.clone()));
+    // ETags that look like MD5s but are not (as with SSE-KMS or SSE-C objects).
+    let kms = Arc::new(Rewritten {
+        inner: counting.clone(),
+        index: |b| b,
+        fetched: |mut f| {
+            f.md5 = Some([0xab; 16]);
+            f
+        },
+    });
     let bs = BlockingStore::new(kms, 2).unwrap();
     let dataset = Arc::new(Dataset::from_store(bs, source.canonical()).unwrap());
     let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
@@ -1277,4 +1285,87 @@ fn a_corrupted_download_is_caught_by_a_multipart_etag() {
     assert!(cache.evict(2));
     let e = cache.get(2).unwrap_err();
     assert!(e.to_string().contains("multipart ETag"), "{e}");
+}
+
+/// `index.json` bytes with every hash removed, as MDSWriter writes them by default.
+fn without_hashes(bytes: bytes::Bytes) -> bytes::Bytes {
+    let mut index: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+    strip_hashes(&mut index);
+    serde_json::to_vec(&index).unwrap().into()
+}
+
+/// Fixture `basic` on `source` served as a hashless dataset, with one shard's body damaged in
+/// transit: the store's own checksum (ETag or checksum header; `what` names it in the error)
+/// catches it.
+fn a_damaged_download_of_a_hashless_dataset_is_caught(
+    source: &str,
+    store_opts: &StoreOptions,
+    what: &str,
+) {
+    let ds = fixtures().join("mds/basic");
+    let tmp = tempfile::tempdir().unwrap();
+    let source = store::Source::parse(source).unwrap();
+    let backend = store::ObjectStoreBackend::open(&source, store_opts).unwrap();
+    // The store holds the fixture as it is: its index.json is served without hashes.
+    let hashless = Arc::new(Rewritten {
+        inner: Arc::new(backend),
+        index: without_hashes,
+        fetched: |f| f,
+    });
+    let counting = Arc::new(CountingStore::new(hashless));
+    let faulty = Arc::new(FaultyStore::new(counting.clone()));
+    let resilient = Arc::new(ResilientStore::new(faulty.clone(), store_opts));
+    let bs = BlockingStore::new(resilient, 2).unwrap();
+    let dataset = Arc::new(Dataset::from_store(bs, source.canonical()).unwrap());
+    assert!(dataset.index().shards()[0].raw.hashes.is_empty());
+    let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
+    // One flipped byte (headers intact): the checksum differs, the shard is fetched again.
+    faulty.inject(Fault::Corrupt, Some("shard.00000.mds"), Some(1));
+    check_every_sample(&cache, &ds);
+    assert_eq!(counting.for_key("shard.00000.mds").gets, 2);
+    assert_eq!(cache.stats().verify_failures, 1);
+    // Damaged every time: a clear error after the retry budget, nothing cached, and no
+    // "two downloads agree" leniency (a header checksum is always of the object).
+    faulty.inject(Fault::Corrupt, Some("shard.00001.mds"), None);
+    assert!(cache.evict(1));
+    let e = cache.get(1).unwrap_err();
+    assert!(matches!(e, CacheError::Corrupt { shard: 1, .. }), "{e:?}");
+    assert!(e.to_string().contains(what), "{e}");
+    assert!(!cache.shard_path(1).unwrap().exists());
+    faulty.clear();
+    cache.get(1).unwrap();
+    check_every_sample(&cache, &ds);
+}
+
+#[test]
+fn a_corrupted_gcs_download_of_a_hashless_dataset_is_caught_by_x_goog_hash() {
+    use crate::common::emulators;
+    let gcs = emulators::gcs();
+    let ds = fixtures().join("mds/basic");
+    let src = format!(
+        "gs://{}/{}/",
+        emulators::BUCKET,
+        emulators::dataset_prefix(&ds)
+    );
+    let opts = StoreOptions {
+        endpoint_url: Some(gcs.endpoint.clone()),
+        ..quick_store()
+    };
+    a_damaged_download_of_a_hashless_dataset_is_caught(&src, &opts, "CRC32C");
+}
+
+#[test]
+fn a_corrupted_azure_download_of_a_hashless_dataset_is_caught_by_content_md5() {
+    use crate::common::emulators;
+    let az = emulators::azurite();
+    for (k, v) in az.azure_env() {
+        std::env::set_var(k, v);
+    }
+    let ds = fixtures().join("mds/basic");
+    let src = format!(
+        "az://{}/{}/",
+        emulators::BUCKET,
+        emulators::dataset_prefix(&ds)
+    );
+    a_damaged_download_of_a_hashless_dataset_is_caught(&src, &quick_store(), "MD5");
 }

@@ -33,6 +33,23 @@ fn conformance(store: &BlockingStore, dir: &Path) {
     assert_eq!(listed, want);
 }
 
+/// Every file's whole-object GET carries the store's own checksum of it (GCS `x-goog-hash`,
+/// Azure `Content-MD5`), and that checksum holds for the bytes and fails for damaged ones:
+/// what protects datasets whose index.json lists no hashes.
+fn store_checksums_hold(store: &BlockingStore, dir: &Path) {
+    for f in files_under(dir) {
+        let fetched = store.get_fetched(&key(&f)).unwrap();
+        let sums = fetched.store_sums;
+        assert!(!sums.is_empty(), "{f}: the store sent no checksum header");
+        sums.check(&fetched.bytes).unwrap();
+        let mut damaged = fetched.bytes.to_vec();
+        if let Some(b) = damaged.first_mut() {
+            *b ^= 1;
+            assert!(sums.check(&damaged).is_err(), "{f}");
+        }
+    }
+}
+
 /// The read half of the conformance suite: head, get, ranged gets and not-found errors of every
 /// file (stores without listing, such as plain HTTP, pass only this).
 fn conformance_reads(store: &BlockingStore, dir: &Path) {
@@ -137,8 +154,9 @@ fn gcs_emulator_passes_the_conformance_suite_for_every_fixture() {
             emulators::BUCKET,
             emulators::dataset_prefix(&ds)
         );
-        let store = store::open(&src, &opts).unwrap();
-        conformance(&blocking(store), &ds);
+        let store = blocking(store::open(&src, &opts).unwrap());
+        conformance(&store, &ds);
+        store_checksums_hold(&store, &ds);
     }
 }
 
@@ -158,6 +176,7 @@ fn azurite_passes_the_conformance_suite_for_every_fixture() {
         );
         let store = blocking(store::open(&src, &StoreOptions::default()).unwrap());
         conformance(&store, &ds);
+        store_checksums_hold(&store, &ds);
     }
 }
 

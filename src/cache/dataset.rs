@@ -269,7 +269,8 @@ impl Dataset {
         let url = self.store.url_of(&key);
         let check = cheapest_hash(stored);
         let mut last = String::new();
-        // With no hash in index.json, the store's MD5 (an S3 ETag) checks the transfer. An
+        // With no hash in index.json, the store's checksum headers (GCS x-goog-hash, Azure
+        // Content-MD5), else the store's MD5 (an S3 ETag) check the transfer. An
         // ETag that is not an MD5 (SSE-KMS, SSE-C) looks the same, so a mismatch is retried, and
         // two downloads with the same MD5 are taken as the object's true bytes — unless an ETag
         // of this dataset has matched before (then its ETags are MD5s and this is damage).
@@ -284,6 +285,9 @@ impl Dataset {
             let bytes = fetched.bytes;
             Counters::add(&self.counters.bytes_fetched, bytes.len() as u64);
             let transfer = match (check.hashes.is_empty(), fetched.md5) {
+                // Checksums from the store's headers (GCS, Azure, full-object S3 CRC32C)
+                // are always of the object: a mismatch is damage, never a different scheme.
+                (true, _) if !fetched.store_sums.is_empty() => fetched.store_sums.check(&bytes),
                 (true, None) if fetched.multipart_md5.is_some() => {
                     use std::sync::atomic::Ordering::Relaxed;
                     let (want, parts) = fetched.multipart_md5.unwrap_or(([0; 16], 1));

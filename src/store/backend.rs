@@ -109,7 +109,8 @@ impl ObjectStoreBackend {
                     .unwrap_or_else(|| "us-east-1".to_string());
                 b = b
                     .with_region(region)
-                    .with_client_options(client(allow_http));
+                    .with_client_options(client(allow_http))
+                    .with_http_connector(super::ChecksumConnector);
                 if opts.no_sign_request {
                     b = b.with_skip_signature(true);
                 } else if let Some(c) = &opts.credentials {
@@ -164,6 +165,7 @@ impl ObjectStoreBackend {
                     .with_bucket_name(bucket)
                     .with_retry(retry)
                     .with_client_options(client(plain_http))
+                    .with_http_connector(super::ChecksumConnector)
                     .with_skip_signature(
                         opts.no_sign_request || (endpoint.is_some() && !has_credentials),
                     );
@@ -184,6 +186,7 @@ impl ObjectStoreBackend {
                     .with_container_name(container)
                     .with_retry(retry)
                     .with_client_options(client(plain_http))
+                    .with_http_connector(super::ChecksumConnector)
                     .with_skip_signature(opts.no_sign_request);
                 if let Some(e) = &opts.endpoint_url {
                     b = b.with_endpoint(e.trim_end_matches('/').to_string());
@@ -195,7 +198,8 @@ impl ObjectStoreBackend {
                 let b = object_store::http::HttpBuilder::new()
                     .with_url(base.clone())
                     .with_retry(retry)
-                    .with_client_options(client(allow_http));
+                    .with_client_options(client(allow_http))
+                    .with_http_connector(super::ChecksumConnector);
                 Arc::new(b.build().map_err(|e| cfg_err(e.to_string()))?)
             }
         };
@@ -246,14 +250,14 @@ impl ObjectStoreBackend {
         key: &ObjectKey,
         range: Option<Range<u64>>,
     ) -> Result<Bytes, StoreError> {
-        self.get_with_etag(key, range).await.map(|(b, _)| b)
+        self.get_with_etag(key, range).await.map(|(b, _, _)| b)
     }
 
     async fn get_with_etag(
         &self,
         key: &ObjectKey,
         range: Option<Range<u64>>,
-    ) -> Result<(Bytes, Option<String>), StoreError> {
+    ) -> Result<(Bytes, Option<String>, super::StoreChecksums), StoreError> {
         let url = self.url_of(key);
         let loc = self.location(key)?;
         let opts = GetOptions::new().with_range(range.clone());
@@ -277,6 +281,11 @@ impl ObjectStoreBackend {
             .map(|r| r.end - r.start)
             .unwrap_or(result.range.end - result.range.start);
         let e_tag = result.meta.e_tag.clone();
+        let sums = result
+            .extensions
+            .get::<super::StoreChecksums>()
+            .copied()
+            .unwrap_or_default();
         let bytes = result.bytes().await.map_err(|e| body_error(e, &url))?;
         if bytes.len() as u64 != expected {
             return Err(StoreError::ShortBody {
@@ -285,7 +294,7 @@ impl ObjectStoreBackend {
                 got: bytes.len() as u64,
             });
         }
-        Ok((bytes, e_tag))
+        Ok((bytes, e_tag, sums))
     }
 }
 
@@ -346,7 +355,7 @@ impl Store for ObjectStoreBackend {
 
     fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::Fetched> {
         Box::pin(async move {
-            let (bytes, e_tag) = self.get_with_etag(key, None).await?;
+            let (bytes, e_tag, store_sums) = self.get_with_etag(key, None).await?;
             // Only S3 ETags can be an MD5 of the object; other stores' ETags are versions.
             let (md5, multipart_md5) = match self.source.kind {
                 super::SourceKind::S3 { .. } => (
@@ -359,6 +368,7 @@ impl Store for ObjectStoreBackend {
                 bytes,
                 md5,
                 multipart_md5,
+                store_sums,
             })
         })
     }

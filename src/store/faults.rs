@@ -186,19 +186,22 @@ impl Store for FaultyStore {
     fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::Fetched> {
         Box::pin(async move {
             // Damage applies to the body only: the store's checksum stays what it recorded.
-            let sums = std::sync::Mutex::new((None, None));
+            let sums = std::sync::Mutex::new((None, None, super::StoreChecksums::default()));
             let bytes = self
                 .with_faults(key, || async {
                     let f = self.inner.get_fetched(key).await?;
-                    *sums.lock().unwrap_or_else(|p| p.into_inner()) = (f.md5, f.multipart_md5);
+                    *sums.lock().unwrap_or_else(|p| p.into_inner()) =
+                        (f.md5, f.multipart_md5, f.store_sums);
                     Ok(f.bytes)
                 })
                 .await?;
-            let (md5, multipart_md5) = sums.into_inner().unwrap_or_else(|p| p.into_inner());
+            let (md5, multipart_md5, store_sums) =
+                sums.into_inner().unwrap_or_else(|p| p.into_inner());
             Ok(super::Fetched {
                 bytes,
                 md5,
                 multipart_md5,
+                store_sums,
             })
         })
     }

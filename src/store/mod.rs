@@ -25,6 +25,7 @@
 mod aws_profile;
 mod backend;
 mod blocking;
+mod checksums;
 mod counting;
 mod error;
 mod faults;
@@ -35,6 +36,7 @@ mod source;
 
 pub use backend::{etag_md5, etag_multipart, ObjectStoreBackend};
 pub use blocking::BlockingStore;
+pub use checksums::{ChecksumConnector, StoreChecksums};
 pub use counting::{CountingStore, RequestCounts};
 pub use error::{StoreError, TransientKind};
 pub use faults::{Fault, FaultyStore};
@@ -73,6 +75,10 @@ pub struct Fetched {
     /// An S3 multipart ETag: the MD5 of the parts' MD5s and the number of parts. It checks
     /// the bytes once the part size is known (the cache tries the usual ones).
     pub multipart_md5: Option<([u8; 16], u32)>,
+    /// Checksums the store sent in its response headers (GCS `x-goog-hash`, Azure
+    /// `Content-MD5`, full-object `x-amz-checksum-crc32c`): unlike an ETag these are always a
+    /// checksum of the object, so a mismatch is damage.
+    pub store_sums: StoreChecksums,
 }
 
 /// Read access to the objects under one dataset root.
@@ -96,6 +102,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
                 bytes: self.get(key).await?,
                 md5: None,
                 multipart_md5: None,
+                store_sums: StoreChecksums::default(),
             })
         })
     }

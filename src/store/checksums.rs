@@ -1,0 +1,222 @@
+//! The checksums a store sends with a whole object, read from its response headers.
+//!
+//! `object_store` keeps the response headers to itself but passes the HTTP response's
+//! extensions through to `GetResult::extensions`. [`ChecksumConnector`] wraps the HTTP client
+//! of every backend: for a full-object response (200, not 206) it parses the checksum headers
+//! and puts a [`StoreChecksums`] into the response's extensions, where
+//! [`super::ObjectStoreBackend`] finds it.
+//!
+//! Headers read (all base64 of big-endian bytes):
+//! - `x-goog-hash: crc32c=…,md5=…` — Google Cloud Storage (XML API); composite objects have no
+//!   MD5, every object has a CRC32C.
+//!   <https://cloud.google.com/storage/docs/xml-api/reference-headers#xgooghash>
+//! - `Content-MD5` — Azure Blob Storage returns the blob's stored MD5 on a whole-blob GET
+//!   (set by the service for single-shot uploads, by the client for block-list uploads).
+//!   <https://learn.microsoft.com/rest/api/storageservices/get-blob#response-headers>
+//! - `x-amz-checksum-crc32c` with `x-amz-checksum-type: FULL_OBJECT` — S3-compatible stores
+//!   that return it unasked. (AWS S3 sends it only with `x-amz-checksum-mode: ENABLED`, a signed
+//!   header `object_store` does not send, so S3 is checked by its ETag instead.)
+
+use base64::Engine;
+use object_store::client::{HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse};
+use object_store::client::{HttpService, ReqwestConnector};
+use object_store::ClientOptions;
+
+/// Checksums of a whole object as its store recorded them (not as the transfer computed them).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct StoreChecksums {
+    /// MD5 of the object.
+    pub md5: Option<[u8; 16]>,
+    /// CRC32C (Castagnoli) of the object.
+    pub crc32c: Option<u32>,
+}
+
+impl StoreChecksums {
+    /// True when the store gave no checksum at all.
+    pub fn is_empty(&self) -> bool {
+        self.md5.is_none() && self.crc32c.is_none()
+    }
+
+    /// Reads the checksum headers of a full-object response. Malformed values are ignored
+    /// (a store that sends garbage simply gives no checksum).
+    pub fn from_headers(headers: &http::HeaderMap) -> Self {
+        let mut out = Self::default();
+        for v in headers.get_all("x-goog-hash") {
+            let Ok(v) = v.to_str() else { continue };
+            for item in v.split(',') {
+                match item.trim().split_once('=') {
+                    Some(("md5", b)) => out.md5 = out.md5.or_else(|| decode_md5(b)),
+                    Some(("crc32c", b)) => out.crc32c = out.crc32c.or_else(|| decode_crc32c(b)),
+                    _ => {}
+                }
+            }
+        }
+        if out.md5.is_none() {
+            out.md5 = header_str(headers, "content-md5").and_then(decode_md5);
+        }
+        let full_object = header_str(headers, "x-amz-checksum-type")
+            .is_some_and(|t| t.eq_ignore_ascii_case("FULL_OBJECT"));
+        if out.crc32c.is_none() && full_object {
+            out.crc32c = header_str(headers, "x-amz-checksum-crc32c").and_then(decode_crc32c);
+        }
+        out
+    }
+
+    /// Checks `bytes` against every checksum present; the error names the one that differs.
+    pub fn check(&self, bytes: &[u8]) -> Result<(), String> {
+        if let Some(want) = self.crc32c {
+            let got = crc32c::crc32c(bytes);
+            if got != want {
+                return Err(format!(
+                    "CRC32C {got:08x} differs from the store's {want:08x}"
+                ));
+            }
+        }
+        if let Some(want) = self.md5 {
+            use md5::Digest;
+            let got: [u8; 16] = md5::Md5::digest(bytes).into();
+            if got != want {
+                return Err(format!(
+                    "MD5 {} differs from the store's {}",
+                    hex::encode(got),
+                    hex::encode(want)
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn header_str<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
+    headers.get(name).and_then(|v| v.to_str().ok())
+}
+
+fn decode_md5(b64: &str) -> Option<[u8; 16]> {
+    base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .ok()?
+        .try_into()
+        .ok()
+}
+
+fn decode_crc32c(b64: &str) -> Option<u32> {
+    let bytes: [u8; 4] = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .ok()?
+        .try_into()
+        .ok()?;
+    Some(u32::from_be_bytes(bytes))
+}
+
+/// The HTTP connector every backend is built with: `object_store`'s own reqwest client, with
+/// [`StoreChecksums`] added to full-object responses.
+#[derive(Debug, Default)]
+pub struct ChecksumConnector;
+
+impl HttpConnector for ChecksumConnector {
+    fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
+        let inner = ReqwestConnector::default().connect(options)?;
+        Ok(HttpClient::new(ChecksumService { inner }))
+    }
+}
+
+#[derive(Debug)]
+struct ChecksumService {
+    inner: HttpClient,
+}
+
+#[async_trait::async_trait]
+impl HttpService for ChecksumService {
+    async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
+        let is_get = req.method() == http::Method::GET;
+        let mut res = self.inner.execute(req).await?;
+        if is_get && res.status() == http::StatusCode::OK {
+            let sums = StoreChecksums::from_headers(res.headers());
+            if !sums.is_empty() {
+                res.extensions_mut().insert(sums);
+            }
+        }
+        Ok(res)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn headers(pairs: &[(&str, &str)]) -> http::HeaderMap {
+        let mut h = http::HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(
+                http::HeaderName::from_bytes(k.as_bytes()).unwrap(),
+                http::HeaderValue::from_str(v).unwrap(),
+            );
+        }
+        h
+    }
+
+    // "hello world": MD5 5eb63bbbe01eeed093cb22bb8f5acdc3, CRC32C c99465aa.
+    const MD5_B64: &str = "XrY7u+Ae7tCTyyK7j1rNww==";
+    const CRC_B64: &str = "yZRlqg==";
+
+    #[test]
+    fn gcs_hash_header_gives_both_sums_and_checks_bytes() {
+        let s = StoreChecksums::from_headers(&headers(&[(
+            "x-goog-hash",
+            &format!("crc32c={CRC_B64},md5={MD5_B64}"),
+        )]));
+        assert_eq!(s.crc32c, Some(0xc99465aa));
+        assert_eq!(
+            hex::encode(s.md5.unwrap()),
+            "5eb63bbbe01eeed093cb22bb8f5acdc3"
+        );
+        assert!(s.check(b"hello world").is_ok());
+        let e = s.check(b"hello worle").unwrap_err();
+        assert!(e.contains("CRC32C"), "{e}");
+    }
+
+    #[test]
+    fn gcs_sends_two_hash_headers_sometimes() {
+        let s = StoreChecksums::from_headers(&headers(&[
+            ("x-goog-hash", &format!("crc32c={CRC_B64}")),
+            ("x-goog-hash", &format!("md5={MD5_B64}")),
+        ]));
+        assert!(s.crc32c.is_some() && s.md5.is_some());
+    }
+
+    #[test]
+    fn azure_content_md5_and_s3_full_object_crc() {
+        let s = StoreChecksums::from_headers(&headers(&[("Content-MD5", MD5_B64)]));
+        assert!(s.md5.is_some() && s.crc32c.is_none());
+        assert!(s.check(b"hello world").is_ok());
+        assert!(s.check(b"hello").unwrap_err().contains("MD5"));
+        // A composite (per-part) S3 checksum is not a checksum of the object: ignored.
+        let composite = StoreChecksums::from_headers(&headers(&[
+            ("x-amz-checksum-crc32c", "AAAAAA==-3"),
+            ("x-amz-checksum-type", "COMPOSITE"),
+        ]));
+        assert!(composite.is_empty());
+        let full = StoreChecksums::from_headers(&headers(&[
+            ("x-amz-checksum-crc32c", CRC_B64),
+            ("x-amz-checksum-type", "FULL_OBJECT"),
+        ]));
+        assert_eq!(full.crc32c, Some(0xc99465aa));
+    }
+
+    #[test]
+    fn malformed_values_give_no_checksum() {
+        for bad in [
+            "md5=%%%",
+            "md5=AAAA",
+            "crc32c=",
+            "crc32c=AAAAAAAAAA==",
+            "junk",
+        ] {
+            let s = StoreChecksums::from_headers(&headers(&[("x-goog-hash", bad)]));
+            assert!(s.is_empty(), "{bad}: {s:?}");
+        }
+        assert!(
+            StoreChecksums::from_headers(&headers(&[("content-md5", "not base64!")])).is_empty()
+        );
+    }
+}
