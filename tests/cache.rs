@@ -3,7 +3,7 @@
 //! verification and the two I/O back ends.
 
 use crate::common::moto::{moto, s3_options};
-use crate::common::{fixtures, mds_datasets};
+use crate::common::{fixtures, mds_datasets, strip_hashes};
 use base64::Engine;
 use shardfs::cache::{
     CacheError, CacheOptions, Candidate, Dataset, EvictionContext, EvictionPolicy, IoMode,
@@ -957,18 +957,6 @@ fn hashless_copy(name: &str, into: &Path) -> std::path::PathBuf {
     strip_hashes(&mut index);
     std::fs::write(to.join("index.json"), serde_json::to_vec(&index).unwrap()).unwrap();
     to
-}
-
-/// Removes every hash from a parsed index.json.
-fn strip_hashes(index: &mut serde_json::Value) {
-    for shard in index["shards"].as_array_mut().unwrap() {
-        shard["hashes"] = serde_json::json!([]);
-        for file in ["raw_data", "zip_data"] {
-            if shard[file].is_object() {
-                shard[file]["hashes"] = serde_json::json!({});
-            }
-        }
-    }
 }
 
 #[test]

@@ -336,7 +336,11 @@ impl Dataset {
                 .and_then(|raw| {
                     check_header(shard, &url, entry, &raw)
                         .map(|_| raw)
-                        .map_err(|e| e.to_string())
+                        .map_err(|e| match e {
+                            // The shard and URL are named once, by the error returned below.
+                            CacheError::Corrupt { reason, .. } => reason,
+                            other => other.to_string(),
+                        })
                 });
             match outcome {
                 Ok(raw) => return Ok(raw),

@@ -41,9 +41,11 @@ pub const VERSION: &str = concat!(
     about = "Serve MDS datasets from object storage as pre-shuffled per-rank sample files"
 )]
 pub struct Cli {
-    /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it.
-    #[arg(long, global = true, env = "SHARDFS_LOG_LEVEL", default_value = "warn")]
-    pub log_level: String,
+    /// Log level (error, warn, info, debug, trace); RUST_LOG overrides it. Default: warn;
+    /// error for inspect, cat and order, whose failures end in one error line that already
+    /// says what each retry saw.
+    #[arg(long, global = true, env = "SHARDFS_LOG_LEVEL")]
+    pub log_level: Option<String>,
     /// Log line format: text for people, json (one object per line: timestamp, level,
     /// target, message and fields) for log collectors.
     #[arg(long, global = true, env = "SHARDFS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
@@ -91,10 +93,18 @@ enum Command {
 /// Entry point of the `shardfs` binary: parse, run, and map errors to one line and exit code 1.
 pub fn main() -> ExitCode {
     let cli = Cli::parse_from(mount_options::expand(std::env::args_os().collect()));
-    init_logging(&cli.log_level, cli.log_format);
+    let one_shot = matches!(
+        cli.command,
+        Command::Inspect(_) | Command::Cat(_) | Command::Order(_)
+    );
+    let log_level = cli
+        .log_level
+        .clone()
+        .unwrap_or_else(|| if one_shot { "error" } else { "warn" }.to_string());
+    init_logging(&log_level, cli.log_format);
     // Daemons and mounts this process starts (background mounts, the CSI plugin's) log alike.
     // SAFETY: still single-threaded here; nothing reads the environment concurrently.
-    std::env::set_var("SHARDFS_LOG_LEVEL", &cli.log_level);
+    std::env::set_var("SHARDFS_LOG_LEVEL", &log_level);
     std::env::set_var(
         "SHARDFS_LOG_FORMAT",
         match cli.log_format {

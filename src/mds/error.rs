@@ -11,12 +11,14 @@ use thiserror::Error;
 #[non_exhaustive]
 pub enum MdsError {
     /// An error inside a named file (`index.json` or a shard basename).
-    #[error("{file}: {source}")]
+    /// (`error` is shown in this error's own message, so it is not a `source`: a printed
+    /// error chain would repeat it.)
+    #[error("{file}: {error}")]
     InFile {
         /// The file: `index.json` or the shard's basename.
         file: String,
         /// What is wrong inside it.
-        source: Box<MdsError>,
+        error: Box<MdsError>,
     },
     /// The bytes are not valid JSON of the expected shape.
     #[error("invalid JSON: {0}")]
@@ -134,7 +136,7 @@ impl MdsError {
             e @ MdsError::InFile { .. } => e,
             e => MdsError::InFile {
                 file: file.to_string(),
-                source: Box::new(e),
+                error: Box::new(e),
             },
         }
     }
@@ -142,7 +144,7 @@ impl MdsError {
     /// The error beneath any file name wrapper, for matching on its kind.
     pub fn kind(&self) -> &MdsError {
         match self {
-            MdsError::InFile { source, .. } => source.kind(),
+            MdsError::InFile { error, .. } => error.kind(),
             e => e,
         }
     }

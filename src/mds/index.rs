@@ -358,6 +358,13 @@ impl Index {
     }
 
     fn parse_inner(bytes: &[u8]) -> Result<Index> {
+        let first = bytes.iter().find(|b| !b.is_ascii_whitespace());
+        if matches!(first, Some(b) if *b != b'{') {
+            // Valid JSON of another shape would otherwise be described by our own type names.
+            return Err(MdsError::Index(
+                "not a JSON object (an index.json is {\"version\": 2, \"shards\": [...]})".into(),
+            ));
+        }
         let raw: RawIndex = serde_json::from_slice(bytes)?;
         check_version(&raw.version, String::new())?;
         let shards = raw

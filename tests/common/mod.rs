@@ -85,3 +85,15 @@ pub fn files_under(dir: &std::path::Path) -> Vec<String> {
     out.sort();
     out
 }
+
+/// Removes every hash from a parsed index.json, as MDSWriter's default `hashes=[]` writes it.
+pub fn strip_hashes(index: &mut serde_json::Value) {
+    for shard in index["shards"].as_array_mut().unwrap() {
+        shard["hashes"] = serde_json::json!([]);
+        for file in ["raw_data", "zip_data"] {
+            if shard[file].is_object() {
+                shard[file]["hashes"] = serde_json::json!({});
+            }
+        }
+    }
+}

@@ -5,6 +5,7 @@ mod bad_input;
 mod check;
 mod cli;
 mod fixtures;
+mod malformed;
 mod numpy_floats;
 mod tiny;
 mod writer;
