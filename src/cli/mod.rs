@@ -9,6 +9,7 @@ mod daemon_record;
 mod dataset;
 mod generate;
 mod inspect;
+mod malloc;
 pub mod metrics;
 mod mount;
 mod mount_options;
@@ -102,6 +103,9 @@ pub fn main() -> ExitCode {
         .clone()
         .unwrap_or_else(|| if one_shot { "error" } else { "warn" }.to_string());
     init_logging(&log_level, cli.log_format);
+    if matches!(cli.command, Command::Mount(_)) {
+        malloc::tune_for_daemon();
+    }
     // Daemons and mounts this process starts (background mounts, the CSI plugin's) log alike.
     // SAFETY: still single-threaded here; nothing reads the environment concurrently.
     std::env::set_var("SHARDFS_LOG_LEVEL", &log_level);
