@@ -242,6 +242,13 @@ def run(args, bins, procs, work):
                               for k in range(int(elapsed // 60) + 1)],
         "examples": sum((x["examples"] for x in results), [])[:10],
     }
+    # Growth first minute -> last minute (the measure, which includes the warm-up of
+    # the memory tier and the page-sized pools), and second minute -> last (steady state).
+    per_min = [r for r in report["rss_mb_per_minute"] if r]
+    report["rss_growth_pct"] = (round(100 * (last["rss_mb"] / first["rss_mb"] - 1), 1)
+                                if first["rss_mb"] and last["rss_mb"] else None)
+    report["rss_growth_after_first_minute_pct"] = (
+        round(100 * (last["rss_mb"] / per_min[1] - 1), 1) if len(per_min) > 2 else None)
     os.makedirs(args.out, exist_ok=True)
     name = "soak-short.json" if args.short else "soak-latest.json"
     with open(os.path.join(args.out, name), "w") as f:
@@ -250,7 +257,9 @@ def run(args, bins, procs, work):
     ok = total["wrong_bytes"] == 0 and total["unrecovered"] == 0 and total["files"] > 0
     print(f"\nsoak: {total['files']} files read, {report['faults_total']} faults injected, "
           f"{total['wrong_bytes']} wrong bytes, {total['eio']} EIO ({total['recovered']} "
-          f"recovered, {total['unrecovered']} not), RSS {first['rss_mb']} -> {last['rss_mb']} MB, "
+          f"recovered, {total['unrecovered']} not), RSS {first['rss_mb']} -> {last['rss_mb']} MB "
+          f"({report['rss_growth_pct']} %; {report['rss_growth_after_first_minute_pct']} % after "
+          f"the first minute), "
           f"fds {first['fds']} -> {last['fds']}: {'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 
