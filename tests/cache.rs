@@ -1357,3 +1357,89 @@ fn a_corrupted_azure_download_of_a_hashless_dataset_is_caught_by_content_md5() {
     );
     a_damaged_download_of_a_hashless_dataset_is_caught(&src, &quick_store(), "MD5");
 }
+
+/// `dataset` at `source` behind counting + fault injection + retries, fetching shards in
+/// parts of `part_size` bytes.
+fn instrumented_with_parts(
+    source: &str,
+    store_opts: &StoreOptions,
+    part_size: u64,
+) -> (Arc<FaultyStore>, Arc<CountingStore>, Arc<Dataset>) {
+    let source = store::Source::parse(source).unwrap();
+    let backend = store::ObjectStoreBackend::open(&source, store_opts).unwrap();
+    let counting = Arc::new(CountingStore::new(Arc::new(backend)));
+    let faulty = Arc::new(FaultyStore::new(counting.clone()));
+    let resilient = Arc::new(ResilientStore::new(faulty.clone(), store_opts));
+    let bs = BlockingStore::new(resilient, 2).unwrap();
+    let dataset = Dataset::from_store(bs, source.canonical())
+        .unwrap()
+        .with_part_size(part_size);
+    (faulty, counting, Arc::new(dataset))
+}
+
+#[test]
+fn large_shards_come_as_parallel_ranged_parts_each_retried_alone() {
+    let moto = crate::common::moto::moto();
+    let tmp = tempfile::tempdir().unwrap();
+    let hashless = hashless_copy("basic", tmp.path());
+    moto.upload_dir("cache-tests", "parts/basic", &fixtures().join("mds/basic"));
+    moto.upload_dir("cache-tests", "parts/hashless", &hashless);
+    let store_opts = StoreOptions {
+        max_retries: 3,
+        initial_backoff: Duration::from_millis(5),
+        max_backoff: Duration::from_millis(20),
+        ..crate::common::moto::s3_options(&moto.endpoint)
+    };
+    let shard0 = fixtures().join("mds/basic/shard.00000.mds");
+    let size = std::fs::metadata(&shard0).unwrap().len();
+    let part = 4096;
+    let parts = size.div_ceil(part);
+    assert!(parts > 2, "the fixture shard must span several parts");
+    for (i, source) in [
+        "s3://cache-tests/parts/basic",
+        "s3://cache-tests/parts/hashless",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let (faulty, counting, dataset) = instrumented_with_parts(source, &store_opts, part);
+        let cache = ShardCache::open(dataset, opts(&tmp.path().join(format!("c{i}")))).unwrap();
+        // A part cut short costs one more ranged GET of that part, not a new download.
+        faulty.inject(Fault::Truncate, Some("shard.00000.mds"), Some(1));
+        check_every_sample(&cache, &fixtures().join("mds/basic"));
+        let c = counting.for_key("shard.00000.mds");
+        assert_eq!((c.gets, c.range_gets), (0, parts + 1), "{source}");
+        assert_eq!(cache.stats().verify_failures, 0, "{source}");
+        // A part damaged in transit fails the whole shard's check (index hash, or the
+        // ETag MD5 of a hashless dataset) and the shard is downloaded again.
+        assert!(cache.evict(0));
+        counting.reset();
+        faulty.inject(Fault::Corrupt, Some("shard.00000.mds"), Some(1));
+        let got = cache.get(0).unwrap().read_at(0, size as usize).unwrap();
+        assert_eq!(got, std::fs::read(&shard0).unwrap(), "{source}");
+        assert_eq!(counting.for_key("shard.00000.mds").range_gets, 2 * parts);
+        assert_eq!(cache.stats().verify_failures, 1, "{source}");
+    }
+}
+
+#[test]
+fn hashless_shards_off_s3_come_whole_so_the_store_checksum_applies() {
+    let tmp = tempfile::tempdir().unwrap();
+    let hashless = hashless_copy("basic", tmp.path());
+    let part = 4096;
+    for (ds, whole) in [(fixtures().join("mds/basic"), false), (hashless, true)] {
+        let (_faulty, counting, dataset) =
+            instrumented_with_parts(ds.to_str().unwrap(), &quick_store(), part);
+        let cache = ShardCache::open(dataset, opts(&tmp.path().join("c"))).unwrap();
+        check_every_sample(&cache, &fixtures().join("mds/basic"));
+        let c = counting.for_key("shard.00000.mds");
+        let size = std::fs::metadata(ds.join("shard.00000.mds")).unwrap().len();
+        let want = if whole {
+            (1, 0)
+        } else {
+            (0, size.div_ceil(part))
+        };
+        assert_eq!((c.gets, c.range_gets), want, "{}", ds.display());
+        std::fs::remove_dir_all(tmp.path().join("c")).unwrap();
+    }
+}

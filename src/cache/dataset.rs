@@ -59,6 +59,8 @@ pub struct Dataset {
     etags_are_md5: std::sync::atomic::AtomicBool,
     /// The part size that last matched a multipart ETag (0: none yet); tried first next time.
     part_size: std::sync::atomic::AtomicU64,
+    /// Shards larger than this are downloaded as parallel ranged parts of this size (0: never).
+    fetch_part_size: u64,
 }
 
 /// Part sizes S3 uploaders use (aws CLI and boto3 default to 8 MiB), tried in this order after
@@ -114,7 +116,17 @@ impl Dataset {
             }
             Err(e) => return Err(e.into()),
         };
-        Self::from_store(BlockingStore::new(store, 2)?, parsed.canonical())
+        Ok(
+            Self::from_store(BlockingStore::new(store, 2)?, parsed.canonical())?
+                .with_part_size(opts.part_size),
+        )
+    }
+
+    /// Downloads shards larger than `part_size` as parallel ranged GETs of that size
+    /// (0: one GET per shard). See [`Dataset::fetch_shard`] for when parts are used.
+    pub fn with_part_size(mut self, part_size: u64) -> Self {
+        self.fetch_part_size = part_size;
+        self
     }
 
     /// Fetches and parses `index.json` through an already opened store rooted at the dataset;
@@ -137,6 +149,7 @@ impl Dataset {
             counters,
             etags_are_md5: std::sync::atomic::AtomicBool::new(false),
             part_size: std::sync::atomic::AtomicU64::new(0),
+            fetch_part_size: StoreOptions::default().part_size,
         })
     }
 
@@ -262,6 +275,9 @@ impl Dataset {
     /// file's size and one known hash are checked (re-downloading up to `attempts` times on
     /// a mismatch), then it is decompressed to exactly `raw.bytes` and its header must
     /// agree with index.json. Corrupt bytes never leave this function.
+    ///
+    /// A shard larger than the part size comes as parallel ranged GETs when index.json lists
+    /// a hash for it or the store is S3 (whose ETag every part carries and must agree on).
     pub fn fetch_shard(&self, shard: usize, attempts: u32) -> Result<Bytes, CacheError> {
         let entry = self.shard(shard)?;
         let stored = entry.stored_file();
@@ -280,8 +296,30 @@ impl Dataset {
         } else {
             attempts.max(1)
         };
+        // Parallel ranged parts need a check that works on ranges: a hash in index.json, or
+        // the S3 ETag every ranged answer carries. GCS and Azure send their checksums only
+        // with whole-object answers, so a hashless shard there comes in one GET.
+        let in_parts = self.fetch_part_size > 0
+            && stored.bytes > self.fetch_part_size
+            && (!check.hashes.is_empty() || self.id.source.starts_with("s3://"));
         for attempt in 1..=downloads {
-            let fetched = self.store.get_fetched(&key)?;
+            let fetched = if in_parts {
+                self.store
+                    .get_in_parts(&key, stored.bytes, self.fetch_part_size)
+            } else {
+                self.store.get_fetched(&key)
+            };
+            let fetched = match fetched {
+                Ok(f) => f,
+                // Rewritten while we read it: like damage, worth another download.
+                Err(e @ StoreError::Changed { .. }) => {
+                    last = e.to_string();
+                    Counters::add(&self.counters.verify_failures, 1);
+                    tracing::warn!(shard, url = %url, attempt, reason = %last, "downloaded shard failed verification");
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
             let bytes = fetched.bytes;
             Counters::add(&self.counters.bytes_fetched, bytes.len() as u64);
             let transfer = match (check.hashes.is_empty(), fetched.md5) {

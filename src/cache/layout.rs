@@ -35,6 +35,17 @@ pub(crate) struct Layout {
     pub tmp: PathBuf,
 }
 
+/// Whether [`Layout::write_atomically`] waits for the bytes to reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Durability {
+    /// fsync the file and its folder: `dest` survives a power loss whole or not at all.
+    Synced,
+    /// Leave write-back to the kernel. For shard files: a power loss can leave one torn, but
+    /// every adopted shard is hashed against its recorded xxh3 before first use, so a torn
+    /// file is refetched, never served — and the fill path does not wait for the disk.
+    Unsynced,
+}
+
 impl Layout {
     pub fn new(cache_dir: &Path, dataset_key: &str) -> Self {
         let root = cache_dir.join(LAYOUT_VERSION).join(dataset_key);
@@ -90,7 +101,7 @@ impl Layout {
         }
         let meta = self.root.join("dataset.json");
         if !meta.exists() {
-            self.write_atomically(dataset_json, &meta, "dataset")?;
+            self.write_atomically(dataset_json, &meta, "dataset", Durability::Synced)?;
         }
         Ok(lock)
     }
@@ -139,9 +150,16 @@ impl Layout {
         u64::from_str_radix(text.trim(), 16).ok()
     }
 
-    /// Writes `data` to a temporary file, fsyncs it, renames it to `dest`, and fsyncs the
-    /// folder, so `dest` either does not exist or holds all of `data` after a crash.
-    pub fn write_atomically(&self, data: &[u8], dest: &Path, tag: &str) -> Result<(), CacheError> {
+    /// Writes `data` to a temporary file and renames it to `dest`, so `dest` never holds part
+    /// of `data` while this process runs or after it is killed. With [`Durability::Synced`] the
+    /// file and folder are fsynced too, so that also holds after a power loss.
+    pub fn write_atomically(
+        &self,
+        data: &[u8],
+        dest: &Path,
+        tag: &str,
+        sync: Durability,
+    ) -> Result<(), CacheError> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
         let tmp = self.tmp.join(format!(
             "{tag}.{}.{}.part",
@@ -160,13 +178,18 @@ impl Layout {
             };
             f.write_all(data)
                 .map_err(|e| CacheError::io("write", &tmp, e))?;
-            f.sync_all().map_err(|e| CacheError::io("fsync", &tmp, e))?;
+            if sync == Durability::Synced {
+                f.sync_all().map_err(|e| CacheError::io("fsync", &tmp, e))?;
+            }
             let parent = dest.parent().unwrap_or(&self.root);
             fs::create_dir_all(parent).map_err(|e| CacheError::io("create folder", parent, e))?;
             fs::rename(&tmp, dest).map_err(|e| CacheError::io("rename into", dest, e))?;
-            File::open(parent)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| CacheError::io("fsync folder", parent, e))
+            if sync == Durability::Synced {
+                File::open(parent)
+                    .and_then(|d| d.sync_all())
+                    .map_err(|e| CacheError::io("fsync folder", parent, e))?;
+            }
+            Ok(())
         })();
         if result.is_err() {
             let _ = fs::remove_file(&tmp);

@@ -3,7 +3,7 @@
 
 use super::dataset::Dataset;
 use super::io::{self, FileReader};
-use super::layout::Layout;
+use super::layout::{Durability, Layout};
 use super::memory::{MemoryTier, Provenance};
 use super::policy::{Candidate, EvictionContext, EvictionPolicy, LruPolicy};
 use super::stats::{CacheStats, Counters};
@@ -736,8 +736,12 @@ impl ShardCache {
         let dest = self.layout.shard_path(key);
         let sum = xxhash_rust::xxh3::xxh3_64(&raw);
         let written = self.layout.write_sum(key, sum).and_then(|()| {
-            self.layout
-                .write_atomically(&raw, &dest, &format!("shard{shard}"))
+            self.layout.write_atomically(
+                &raw,
+                &dest,
+                &format!("shard{shard}"),
+                Durability::Unsynced,
+            )
         });
         if let Err(e) = written {
             // A full or failing cache disk: the verified bytes are in hand, so readers can

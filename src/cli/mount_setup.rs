@@ -44,9 +44,14 @@ pub struct MountConfig {
     /// Serve Prometheus metrics at http://HOST:PORT/metrics (off by default; docs/METRICS.md).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
-    /// Shard fetches in flight at once.
+    /// Shard fetches in flight at once (each uses up to two connections' worth of parts).
     #[arg(long, default_value_t = 8)]
     pub fetch_concurrency: usize,
+    /// Shards larger than this are downloaded as parallel ranged GETs of this size (0: one
+    /// GET per shard). Used where the download can still be checked: a hash in index.json,
+    /// or S3's ETag.
+    #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value = "8MiB")]
+    pub fetch_part_size: u64,
     /// How to reach the object store.
     #[command(flatten)]
     pub store: StoreArgs,
@@ -187,6 +192,7 @@ struct OpenedStream {
 fn store_options(config: &MountConfig) -> StoreOptions {
     StoreOptions {
         max_concurrency: config.fetch_concurrency.max(1) * 2,
+        part_size: config.fetch_part_size,
         ..config.store.options()
     }
 }

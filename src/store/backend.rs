@@ -220,6 +220,17 @@ impl ObjectStoreBackend {
         &self.source
     }
 
+    /// The MD5s an ETag stands for. Only S3 ETags can be an MD5 of the object; other
+    /// stores' ETags are versions.
+    fn etag_md5s(&self, e_tag: Option<&str>) -> super::EtagMd5s {
+        match self.source.kind {
+            super::SourceKind::S3 { .. } => {
+                (e_tag.and_then(etag_md5), e_tag.and_then(etag_multipart))
+            }
+            _ => (None, None),
+        }
+    }
+
     fn location(&self, key: &ObjectKey) -> Result<Path, StoreError> {
         let joined = if self.root.as_ref().is_empty() {
             key.as_str().to_string()
@@ -356,19 +367,35 @@ impl Store for ObjectStoreBackend {
     fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::Fetched> {
         Box::pin(async move {
             let (bytes, e_tag, store_sums) = self.get_with_etag(key, None).await?;
-            // Only S3 ETags can be an MD5 of the object; other stores' ETags are versions.
-            let (md5, multipart_md5) = match self.source.kind {
-                super::SourceKind::S3 { .. } => (
-                    e_tag.as_deref().and_then(etag_md5),
-                    e_tag.as_deref().and_then(etag_multipart),
-                ),
-                _ => (None, None),
-            };
+            let (md5, multipart_md5) = self.etag_md5s(e_tag.as_deref());
             Ok(super::Fetched {
                 bytes,
                 md5,
                 multipart_md5,
                 store_sums,
+            })
+        })
+    }
+
+    fn get_part<'a>(
+        &'a self,
+        key: &'a ObjectKey,
+        range: Range<u64>,
+    ) -> StoreFuture<'a, super::Fetched> {
+        Box::pin(async move {
+            let (bytes, e_tag, _) = if range.start >= range.end {
+                (Bytes::new(), None, super::StoreChecksums::default())
+            } else {
+                self.get_with_etag(key, Some(range)).await?
+            };
+            // A ranged answer carries the object's ETag; its checksum headers, if any, are
+            // the range's and are not used.
+            let (md5, multipart_md5) = self.etag_md5s(e_tag.as_deref());
+            Ok(super::Fetched {
+                bytes,
+                md5,
+                multipart_md5,
+                store_sums: super::StoreChecksums::default(),
             })
         })
     }

@@ -69,6 +69,21 @@ impl BlockingStore {
         self.runtime.block_on(self.store.get_fetched(key))
     }
 
+    /// See [`super::get_in_parts`].
+    pub fn get_in_parts(
+        &self,
+        key: &ObjectKey,
+        size: u64,
+        part_size: u64,
+    ) -> Result<super::Fetched, StoreError> {
+        self.runtime.block_on(super::get_in_parts(
+            self.store.as_ref(),
+            key,
+            size,
+            part_size,
+        ))
+    }
+
     /// See [`Store::list`].
     pub fn list(&self, prefix: Option<&ObjectKey>) -> Result<Vec<ObjectInfo>, StoreError> {
         self.runtime.block_on(self.store.list(prefix))

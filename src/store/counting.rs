@@ -123,6 +123,19 @@ impl Store for CountingStore {
         })
     }
 
+    fn get_part<'a>(
+        &'a self,
+        key: &'a ObjectKey,
+        range: Range<u64>,
+    ) -> StoreFuture<'a, super::Fetched> {
+        Box::pin(async move {
+            self.bump(key.as_str(), |c| c.range_gets += 1);
+            let f = self.inner.get_part(key, range).await?;
+            self.bump(key.as_str(), |c| c.bytes += f.bytes.len() as u64);
+            Ok(f)
+        })
+    }
+
     fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
         Box::pin(async move {
             self.bump(prefix.map(|p| p.as_str()).unwrap_or(""), |c| c.lists += 1);

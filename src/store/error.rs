@@ -116,6 +116,15 @@ pub enum StoreError {
         /// What went wrong.
         reason: String,
     },
+    /// The parts of one object came from different versions of it (their ETags differ):
+    /// it was rewritten during the download. The whole download is worth another try.
+    #[error("{url}: the object changed during the download ({detail})")]
+    Changed {
+        /// The object's URL.
+        url: String,
+        /// The ETags seen.
+        detail: String,
+    },
     /// Any other failure, permanent.
     #[error("{url}: {detail}")]
     Other {

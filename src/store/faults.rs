@@ -157,6 +157,36 @@ impl FaultyStore {
     }
 }
 
+impl FaultyStore {
+    /// [`FaultyStore::with_faults`] for answers with checksums: damage applies to the body
+    /// only, the store's checksums stay what it recorded.
+    async fn fetched_with_faults<'a, F>(
+        &'a self,
+        key: &'a ObjectKey,
+        fetch: impl FnOnce() -> F,
+    ) -> Result<super::Fetched, StoreError>
+    where
+        F: std::future::Future<Output = Result<super::Fetched, StoreError>> + 'a,
+    {
+        let sums = std::sync::Mutex::new((None, None, super::StoreChecksums::default()));
+        let bytes = self
+            .with_faults(key, || async {
+                let f = fetch().await?;
+                *sums.lock().unwrap_or_else(|p| p.into_inner()) =
+                    (f.md5, f.multipart_md5, f.store_sums);
+                Ok(f.bytes)
+            })
+            .await?;
+        let (md5, multipart_md5, store_sums) = sums.into_inner().unwrap_or_else(|p| p.into_inner());
+        Ok(super::Fetched {
+            bytes,
+            md5,
+            multipart_md5,
+            store_sums,
+        })
+    }
+}
+
 impl Store for FaultyStore {
     fn url_of(&self, key: &ObjectKey) -> String {
         self.inner.url_of(key)
@@ -184,26 +214,15 @@ impl Store for FaultyStore {
     }
 
     fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::Fetched> {
-        Box::pin(async move {
-            // Damage applies to the body only: the store's checksum stays what it recorded.
-            let sums = std::sync::Mutex::new((None, None, super::StoreChecksums::default()));
-            let bytes = self
-                .with_faults(key, || async {
-                    let f = self.inner.get_fetched(key).await?;
-                    *sums.lock().unwrap_or_else(|p| p.into_inner()) =
-                        (f.md5, f.multipart_md5, f.store_sums);
-                    Ok(f.bytes)
-                })
-                .await?;
-            let (md5, multipart_md5, store_sums) =
-                sums.into_inner().unwrap_or_else(|p| p.into_inner());
-            Ok(super::Fetched {
-                bytes,
-                md5,
-                multipart_md5,
-                store_sums,
-            })
-        })
+        Box::pin(self.fetched_with_faults(key, move || self.inner.get_fetched(key)))
+    }
+
+    fn get_part<'a>(
+        &'a self,
+        key: &'a ObjectKey,
+        range: Range<u64>,
+    ) -> StoreFuture<'a, super::Fetched> {
+        Box::pin(self.fetched_with_faults(key, move || self.inner.get_part(key, range)))
     }
 
     fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {

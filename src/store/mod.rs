@@ -16,6 +16,8 @@
 //! - [`CountingStore`] and [`FaultyStore`]: request counting and fault injection for tests
 //!   and benchmarks; they sit *under* `ResilientStore` so injected transient faults are
 //!   retried exactly like real ones.
+//! - [`get_in_parts`]: one object as parallel ranged GETs, assembled and checked to come
+//!   from one version of the object.
 //! - [`BlockingStore`]: a synchronous facade with its own small runtime, for FUSE threads.
 //!
 //! Credentials come from the standard chains and are never logged: for S3, environment
@@ -31,6 +33,7 @@ mod error;
 mod faults;
 mod key;
 mod options;
+mod parts;
 mod resilient;
 mod source;
 
@@ -42,6 +45,7 @@ pub use error::{StoreError, TransientKind};
 pub use faults::{Fault, FaultyStore};
 pub use key::ObjectKey;
 pub use options::{StaticCredentials, StoreOptions};
+pub use parts::get_in_parts;
 pub use resilient::ResilientStore;
 pub use source::{Source, SourceKind};
 
@@ -63,6 +67,10 @@ pub struct ObjectInfo {
     /// The entity tag, when the store has one.
     pub e_tag: Option<String>,
 }
+
+/// What an S3 ETag says about the object's bytes: its MD5 (a plain ETag), or the MD5 of its
+/// parts' MD5s and the part count (a multipart ETag). See [`Fetched`].
+pub type EtagMd5s = (Option<[u8; 16]>, Option<([u8; 16], u32)>);
 
 /// A whole object, with the store's own checksum of it where the store vouches for one.
 #[derive(Debug, Clone)]
@@ -100,6 +108,20 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         Box::pin(async move {
             Ok(Fetched {
                 bytes: self.get(key).await?,
+                md5: None,
+                multipart_md5: None,
+                store_sums: StoreChecksums::default(),
+            })
+        })
+    }
+    /// Bytes `range` of one object, with the checksums the store gives for the whole object
+    /// in a ranged answer (an S3 ETag: [`Fetched::md5`], [`Fetched::multipart_md5`]);
+    /// [`Fetched::store_sums`] stays empty, since a range's checksum headers are not the
+    /// object's. By default the bytes of [`Store::get_range`] and no checksum.
+    fn get_part<'a>(&'a self, key: &'a ObjectKey, range: Range<u64>) -> StoreFuture<'a, Fetched> {
+        Box::pin(async move {
+            Ok(Fetched {
+                bytes: self.get_range(key, range).await?,
                 md5: None,
                 multipart_md5: None,
                 store_sums: StoreChecksums::default(),

@@ -28,6 +28,9 @@ pub struct StoreOptions {
     pub max_backoff: Duration,
     /// Most requests in flight at once (across all callers of one store).
     pub max_concurrency: usize,
+    /// Whole objects larger than this are fetched as parallel ranged GETs of this size
+    /// ([`super::get_in_parts`]) where their check allows it; 0 = one GET per object.
+    pub part_size: u64,
 }
 
 impl Default for StoreOptions {
@@ -43,6 +46,7 @@ impl Default for StoreOptions {
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(10),
             max_concurrency: 64,
+            part_size: 8 << 20,
         }
     }
 }

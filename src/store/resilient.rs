@@ -139,6 +139,28 @@ impl Store for ResilientStore {
         Box::pin(self.run(key, move || self.inner.get_fetched(key)))
     }
 
+    fn get_part<'a>(
+        &'a self,
+        key: &'a ObjectKey,
+        range: Range<u64>,
+    ) -> StoreFuture<'a, super::Fetched> {
+        Box::pin(self.run(key, move || {
+            let range = range.clone();
+            async move {
+                let want = range.end.saturating_sub(range.start);
+                let part = self.inner.get_part(key, range).await?;
+                if part.bytes.len() as u64 != want {
+                    return Err(StoreError::ShortBody {
+                        url: self.inner.url_of(key),
+                        expected: want,
+                        got: part.bytes.len() as u64,
+                    });
+                }
+                Ok(part)
+            }
+        }))
+    }
+
     fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
         // A listing has no single key; report errors against the prefix (or the root).
         Box::pin(async move {

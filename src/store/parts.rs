@@ -1,0 +1,165 @@
+//! `get_in_parts`: one object fetched as parallel ranged GETs of a fixed part size.
+//!
+//! One TCP connection to an object store rarely carries more than ~100 MB/s, so fast S3
+//! clients (the AWS CRT, `aws s3 cp`, Mountpoint) split large objects into 8-16 MiB ranged
+//! GETs on several connections. Every part goes through the store's own decorators, so each
+//! one is retried, timed out and counted on its own, and the concurrency bound of
+//! [`super::ResilientStore`] caps the connections of all parts of all objects together.
+//!
+//! Parts are copied into one buffer as they land (the peak is the object plus the parts in
+//! flight, not twice the object). Each ranged answer carries the object's ETag; when two parts
+//! disagree the object was rewritten during the download and [`StoreError::Changed`] says so.
+
+use super::{EtagMd5s, Fetched, ObjectKey, Store, StoreChecksums, StoreError};
+use bytes::Bytes;
+use futures::stream::{FuturesUnordered, StreamExt};
+
+/// The whole object `key` of `size` bytes, as ranged GETs of `part_size` bytes (the last one
+/// shorter) all started at once. The result carries the ETag-derived MD5s every part agreed
+/// on, and no header checksums (those of a range are not the object's).
+pub async fn get_in_parts(
+    store: &dyn Store,
+    key: &ObjectKey,
+    size: u64,
+    part_size: u64,
+) -> Result<Fetched, StoreError> {
+    let part_size = part_size.max(1);
+    let len = usize::try_from(size).map_err(|_| StoreError::Other {
+        url: store.url_of(key),
+        detail: format!("{size} bytes do not fit in memory on this machine"),
+    })?;
+    let mut pending: FuturesUnordered<_> = (0..size.div_ceil(part_size))
+        .map(|i| {
+            let start = i * part_size;
+            let range = start..(start + part_size).min(size);
+            async move { (start, store.get_part(key, range).await) }
+        })
+        .collect();
+    let mut buf = vec![0u8; len];
+    let mut agreed: Option<EtagMd5s> = None;
+    while let Some((start, part)) = pending.next().await {
+        let part = part?;
+        let tag = (part.md5, part.multipart_md5);
+        match &agreed {
+            None => agreed = Some(tag),
+            Some(first) if *first == tag => {}
+            Some(first) => {
+                return Err(StoreError::Changed {
+                    url: store.url_of(key),
+                    detail: format!(
+                        "part at byte {start} has ETag {}, an earlier part {}",
+                        describe(&tag),
+                        describe(first)
+                    ),
+                })
+            }
+        }
+        let at = usize::try_from(start).unwrap_or(usize::MAX);
+        let Some(dest) = at
+            .checked_add(part.bytes.len())
+            .and_then(|end| buf.get_mut(at..end))
+        else {
+            return Err(StoreError::ShortBody {
+                url: store.url_of(key),
+                expected: size,
+                got: start.saturating_add(part.bytes.len() as u64),
+            });
+        };
+        dest.copy_from_slice(&part.bytes);
+    }
+    let (md5, multipart_md5) = agreed.unwrap_or((None, None));
+    Ok(Fetched {
+        bytes: Bytes::from(buf),
+        md5,
+        multipart_md5,
+        store_sums: StoreChecksums::default(),
+    })
+}
+
+fn describe(tag: &EtagMd5s) -> String {
+    match tag {
+        (Some(m), _) => hex::encode(m),
+        (None, Some((m, n))) => format!("{}-{n}", hex::encode(m)),
+        (None, None) => "(none)".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{ObjectInfo, StoreFuture};
+    use std::ops::Range;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// An in-memory object whose ETag changes after `changes_after` ranged reads.
+    #[derive(Debug)]
+    struct Memory {
+        data: Bytes,
+        reads: AtomicUsize,
+        changes_after: usize,
+    }
+
+    impl Store for Memory {
+        fn url_of(&self, key: &ObjectKey) -> String {
+            format!("mem://{key}")
+        }
+        fn head<'a>(&'a self, _key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo> {
+            unimplemented!("not used")
+        }
+        fn get_range<'a>(&'a self, _k: &'a ObjectKey, r: Range<u64>) -> StoreFuture<'a, Bytes> {
+            Box::pin(async move { Ok(self.data.slice(r.start as usize..r.end as usize)) })
+        }
+        fn get<'a>(&'a self, _key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
+            Box::pin(async move { Ok(self.data.clone()) })
+        }
+        fn get_part<'a>(&'a self, key: &'a ObjectKey, r: Range<u64>) -> StoreFuture<'a, Fetched> {
+            Box::pin(async move {
+                let n = self.reads.fetch_add(1, Ordering::SeqCst);
+                let version = u8::from(n >= self.changes_after);
+                Ok(Fetched {
+                    bytes: self.get_range(key, r).await?,
+                    md5: Some([version; 16]),
+                    multipart_md5: None,
+                    store_sums: StoreChecksums::default(),
+                })
+            })
+        }
+        fn list<'a>(&'a self, _p: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
+            unimplemented!("not used")
+        }
+    }
+
+    fn memory(len: usize, changes_after: usize) -> Memory {
+        Memory {
+            data: Bytes::from((0..len).map(|i| (i * 7 % 251) as u8).collect::<Vec<u8>>()),
+            reads: AtomicUsize::new(0),
+            changes_after,
+        }
+    }
+
+    #[tokio::test]
+    async fn parts_assemble_to_the_object() {
+        let key = ObjectKey::new("shard.00000.mds").expect("key");
+        for (len, part) in [(1000, 100), (1001, 100), (99, 100), (100, 100), (0, 8)] {
+            let m = memory(len, usize::MAX);
+            let got = get_in_parts(&m, &key, len as u64, part).await.expect("get");
+            assert_eq!(got.bytes, m.data, "len {len} part {part}");
+            assert_eq!(m.reads.load(Ordering::SeqCst), len.div_ceil(part as usize));
+            assert_eq!(got.md5, if len == 0 { None } else { Some([0; 16]) });
+        }
+    }
+
+    #[tokio::test]
+    async fn parts_of_two_versions_are_refused() {
+        let key = ObjectKey::new("shard.00000.mds").expect("key");
+        let m = memory(1000, 3);
+        let err = get_in_parts(&m, &key, 1000, 100)
+            .await
+            .expect_err("changed");
+        assert!(matches!(err, StoreError::Changed { .. }), "{err}");
+        assert!(
+            err.to_string().contains("changed during the download"),
+            "{err}"
+        );
+    }
+}
