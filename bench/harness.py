@@ -205,7 +205,9 @@ def curl_throughput(endpoint, keys_per_stream):
             "wall_s": wall, "mb_per_s": total / wall / 1e6, "objects_per_s": objects / wall}
 
 
-def measure_server(server, layout, streams, label):
+def measure_server(server, layout, streams, label, fetch_connections=0):
+    """curl's speed: one shard, `streams` shards at once, sample objects on `streams`
+    kept-alive connections and, when given, shards on shardfs's own connection count."""
     shards = sorted(k for k in layout["mds_keys"] if k.endswith(".mds"))
     big = max(shards, key=lambda k: layout["sizes"][k])
     samples = layout["plain_keys"]
@@ -217,9 +219,28 @@ def measure_server(server, layout, streams, label):
         f"samples_{streams}_streams": curl_throughput(
             server.endpoint, [samples[i * per:(i + 1) * per] for i in range(streams)]),
     }
+    if fetch_connections and fetch_connections != streams:
+        rows[f"shards_{fetch_connections}_streams"] = curl_throughput(
+            server.endpoint, [[shards[i % len(shards)]] for i in range(fetch_connections)])
     for name, r in rows.items():
         log(f"curl {label} {name}: {r['mb_per_s']:.0f} MB/s, {r['objects_per_s']:.0f} objects/s")
     return rows
+
+
+def shardfs_arg_value(shardfs_args, flag, default):
+    """The value of `flag` among the extra `shardfs mount` arguments, else `default`."""
+    value = default
+    for a, b in zip(shardfs_args, shardfs_args[1:] + [""]):
+        if a.startswith(flag + "="):
+            value = a.split("=", 1)[1]
+        elif a == flag and b:
+            value = b
+    return value
+
+
+def shardfs_connections(shardfs_args):
+    """How many connections a shardfs mount opens at most: two per --fetch-concurrency."""
+    return 2 * int(shardfs_arg_value(shardfs_args, "--fetch-concurrency", "8"))
 
 
 # ---------------------------------------------------------------- dataset
@@ -461,12 +482,9 @@ class Runner:
         binary = self.bins.get("null_fuse")
         if not binary or not os.path.exists(binary):
             return self.skipped("null-fuse", "bench-null-fuse not built")
-        threads = "8"
-        for a, b in zip(self.args.shardfs_arg, self.args.shardfs_arg[1:] + [""]):
-            if a.startswith("--fuse-threads="):
-                threads = a.split("=", 1)[1]
-            elif a == "--fuse-threads" and b:
-                threads = b
+        # shardfs's default: two per CPU core, 2 to 16 (cli/mount_setup.rs default_fuse_threads).
+        default_threads = str(min(16, max(2, 2 * len(os.sched_getaffinity(0)))))
+        threads = shardfs_arg_value(self.args.shardfs_arg, "--fuse-threads", default_threads)
         mnt = os.path.join(self.workdir, "mnt-null")
         p = self.fuse_mount("null-fuse", [binary, "--manifest", manifest, "--threads", threads, mnt],
                             mnt)
@@ -710,9 +728,11 @@ def main(argv):
                       args.bandwidth_mbps, workdir, "server-link")
         log(f"raw server {raw.endpoint}; emulated link {link.endpoint} "
             f"({args.latency_ms} ms, {args.bandwidth_mbps} Mbit/s per connection)")
+        conns = shardfs_connections(args.shardfs_arg)
+        result["shardfs_connections"] = conns
         result["server_curl"] = {
             "raw (no emulation)": measure_server(raw, layout, args.workers, "raw"),
-            "emulated link": measure_server(link, layout, args.workers, "link"),
+            "emulated link": measure_server(link, layout, args.workers, "link", conns),
         }
         procs.stop(raw.proc)
         runner = Runner(args, bins, layout, procs, link, workdir)

@@ -15,8 +15,10 @@
 //! workers read a few batches concurrently and out of order, so a read behind the cursor is
 //! normal and ignored; a read far behind ([`JUMP_BACK`] positions) or in another epoch means the
 //! reader restarted elsewhere (a resumed job, a new epoch), and the cursor jumps there. Reads only
-//! touch atomics; when a cursor has moved [`REPLAN_STEP`] positions since the last plan, the
-//! planner thread is woken and recomputes the plan for all ranks at once.
+//! touch atomics; when a cursor has moved a [`REPLAN_FRACTION`]th of its last window (at least
+//! [`REPLAN_STEP`] positions) since the last plan, the planner thread is woken and recomputes the
+//! plan for all ranks at once. So a plan costs a fixed share of the reads however long the
+//! window is: a window over a whole epoch is not walked again every few samples.
 //!
 //! # One cache for the node
 //! The plan merges all ranks: a shard's *next use* is the smallest distance (in positions of
@@ -55,8 +57,10 @@ use std::time::{Duration, Instant};
 
 /// A read this many positions behind the cursor means the reader restarted there.
 pub const JUMP_BACK: u64 = 4096;
-/// The planner is woken when a cursor moved this many positions since the last plan.
+/// The planner is woken when a cursor moved at least this many positions since the last plan.
 pub const REPLAN_STEP: u64 = 16;
+/// ... and at least this fraction (1/N) of the positions its last window covered.
+pub const REPLAN_FRACTION: u64 = 32;
 /// The walk starts this many positions behind the cursor, to cover workers still reading
 /// earlier batches.
 pub const BACK_MARGIN: u64 = 256;
@@ -128,6 +132,8 @@ struct Cursor {
     epoch: AtomicU64,
     position: AtomicU64,
     planned_at: AtomicU64,
+    /// Positions the cursor may move before the next plan (from the last window's length).
+    replan_step: AtomicU64,
     reads: AtomicU64,
     bytes: AtomicU64,
     first_read: OnceLock<Instant>,
@@ -141,6 +147,7 @@ impl Cursor {
             epoch: AtomicU64::new(0),
             position: AtomicU64::new(NO_POSITION),
             planned_at: AtomicU64::new(NO_POSITION),
+            replan_step: AtomicU64::new(REPLAN_STEP),
             reads: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
             first_read: OnceLock::new(),
@@ -262,7 +269,7 @@ impl Readahead {
             c.position.fetch_max(position, Relaxed);
             let planned = c.planned_at.load(Relaxed);
             planned == NO_POSITION
-                || position >= planned.saturating_add(REPLAN_STEP)
+                || position >= planned.saturating_add(c.replan_step.load(Relaxed))
                 || position < planned
         } else {
             false
@@ -417,7 +424,7 @@ impl Inner {
         let starts = &self.opts.stream_starts;
         let per_stream = budget / (starts.len() as u64 + 1);
         let stream_of = |shard: u32| starts.partition_point(|&f| f <= shard);
-        let mut next_use: HashMap<u32, u64> = HashMap::new();
+        let mut next_use = ShardDistances::default();
         let in_use: HashSet<u64> = self
             .cursors
             .iter()
@@ -429,7 +436,7 @@ impl Inner {
             .collect();
         self.orders.set_in_use(in_use);
         let mut epochs: HashMap<u64, Option<EpochOrders>> = HashMap::new();
-        let mut planned: HashSet<u32> = HashSet::new();
+        let mut planned = ShardSet::default();
         let mut totals = vec![0u64; starts.len() + 1];
         let mut full = vec![false; starts.len() + 1];
         for (r, c) in self.cursors.iter().enumerate() {
@@ -439,7 +446,7 @@ impl Inner {
             }
             let epoch = c.epoch.load(Relaxed);
             c.planned_at.store(pos, Relaxed);
-            let mut seen: HashSet<u32> = HashSet::new();
+            let mut seen = ShardSet::default();
             let mut bytes = 0u64;
             let mut distance = 0u64;
             let start0 = pos.saturating_sub(BACK_MARGIN);
@@ -459,17 +466,17 @@ impl Inner {
                         if behind {
                             // Workers may still be reading here: keep what is resident, fetch nothing.
                             if self.shards.is_resident(shard) {
-                                next_use.insert(shard, 0);
+                                next_use.at_most(shard, 0);
                             }
                             distance += 1;
                             continue;
                         }
-                        if !seen.contains(&shard) {
+                        if !seen.contains(shard) {
                             let size = self.shards.shard_bytes(shard);
                             if !seen.is_empty() && bytes.saturating_add(size) > per_rank {
                                 break 'epochs;
                             }
-                            if !planned.contains(&shard) {
+                            if !planned.contains(shard) {
                                 let stream = stream_of(shard);
                                 let (Some(total), Some(is_full)) =
                                     (totals.get_mut(stream), full.get_mut(stream))
@@ -492,8 +499,7 @@ impl Inner {
                             bytes = bytes.saturating_add(size);
                             seen.insert(shard);
                         }
-                        let d = next_use.entry(shard).or_insert(u64::MAX);
-                        *d = (*d).min(distance.saturating_sub(pos - start0));
+                        next_use.at_most(shard, distance.saturating_sub(pos - start0));
                     }
                     distance += 1;
                     if distance.saturating_sub(pos - start0) > self.opts.max_lookahead {
@@ -502,7 +508,11 @@ impl Inner {
                 }
                 start = 0;
             }
+            let window = distance.saturating_sub(pos - start0);
+            c.replan_step
+                .store((window / REPLAN_FRACTION).max(REPLAN_STEP), Relaxed);
         }
+        let next_use = next_use.into_map();
         let mut wanted: Vec<(u64, u32)> = next_use
             .iter()
             .filter(|(s, _)| !self.shards.is_resident(**s))
@@ -542,6 +552,59 @@ impl Inner {
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.in_flight.remove(&shard);
         }
+    }
+}
+
+/// A set of shard ids as a bitmap: a plan asks it once per walked position, so it must cost
+/// less than hashing.
+#[derive(Default)]
+struct ShardSet(Vec<u64>);
+
+impl ShardSet {
+    fn is_empty(&self) -> bool {
+        self.0.iter().all(|&w| w == 0)
+    }
+
+    fn contains(&self, shard: u32) -> bool {
+        let i = shard as usize;
+        self.0.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
+    }
+
+    fn insert(&mut self, shard: u32) {
+        let i = shard as usize;
+        if self.0.len() <= i / 64 {
+            self.0.resize(i / 64 + 1, 0);
+        }
+        if let Some(w) = self.0.get_mut(i / 64) {
+            *w |= 1 << (i % 64);
+        }
+    }
+}
+
+/// Each shard's smallest distance so far, indexed by shard id (`u64::MAX`: not met).
+#[derive(Default)]
+struct ShardDistances(Vec<u64>);
+
+impl ShardDistances {
+    /// Lowers `shard`'s distance to `d` if it is larger.
+    fn at_most(&mut self, shard: u32, d: u64) {
+        let i = shard as usize;
+        if self.0.len() <= i {
+            self.0.resize(i + 1, u64::MAX);
+        }
+        if let Some(x) = self.0.get_mut(i) {
+            *x = (*x).min(d);
+        }
+    }
+
+    /// The shards met, with their distances.
+    fn into_map(self) -> HashMap<u32, u64> {
+        self.0
+            .into_iter()
+            .enumerate()
+            .filter(|(_, d)| *d != u64::MAX)
+            .map(|(s, d)| (s as u32, d))
+            .collect()
     }
 }
 
