@@ -808,3 +808,96 @@ fn gcs_azure_and_http_datasets_read_back_through_their_servers() {
         check_all_bytes(&http, &exp, &[0]);
     }
 }
+
+/// Cached shard files under `dir` (recursively, checksum files left out) whose name contains
+/// `part`.
+fn cached_files_named(dir: &Path, part: &str) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                stack.push(p);
+            } else if e.file_name().to_string_lossy().contains(part)
+                && p.extension().is_none_or(|x| x != "xxh3")
+            {
+                out.push(p);
+            }
+        }
+    }
+    out
+}
+
+#[test]
+fn a_listing_keeps_the_page_cache_of_files_already_read() {
+    // Review finding A4 feared that a READDIRPLUS entry whose size is not known without
+    // fetching (it goes out with size 0 and a zero TTL) would make the kernel drop the cached
+    // pages of a file it had already read. It does not (Linux 6.18): the entry of a file the
+    // kernel holds keeps its size, and this test keeps it that way.
+    let dir = fixtures().join("mds/basic");
+    let exp = Expected::load(&dir);
+    let biggest = exp
+        .index
+        .shards()
+        .iter()
+        .map(|s| s.raw.bytes)
+        .max()
+        .unwrap();
+    // One shard of cache and no memory tier: once another shard is read, nothing in the
+    // daemon knows the first one's sizes without fetching it again.
+    let m = Mount::new(
+        dir.to_str().unwrap(),
+        &["--cache-limit", &biggest.to_string(), "--memory-limit", "0"],
+    );
+    // Unshuffled, one rank: position 0 of epoch 0 is sample 0, in shard 0.
+    let names = m.list("rank-0/epoch-0");
+    let first = m.mnt.join("rank-0/epoch-0").join(&names[0]);
+    let want = exp.files(0);
+    let want = &want
+        .iter()
+        .find(|(n, _)| names[0].split_once('.').unwrap().1 == n)
+        .unwrap()
+        .1;
+    assert_eq!(&std::fs::read(&first).unwrap(), want);
+    // Read a sample of the last shard through samples/: shard 0 is evicted.
+    let last = exp.index.num_samples() - 1;
+    let samples = m.list("samples");
+    let prefix = format!(
+        "{last:0width$}.",
+        width = samples[0].split('.').next().unwrap().len()
+    );
+    let other = samples.iter().find(|n| n.starts_with(&prefix)).unwrap();
+    std::fs::read(m.mnt.join("samples").join(other)).unwrap();
+    assert!(
+        cached_files_named(&m.cache, "shard.00000.mds").is_empty(),
+        "shard 0 should have been evicted"
+    );
+    let fetched = |m: &Mount| m.status()["cache"][0]["bytes_fetched"].as_u64().unwrap();
+    let reads = |m: &Mount| {
+        m.status()["readahead"]["ranks"][0]["requests"]
+            .as_u64()
+            .unwrap()
+    };
+    let (fetched_before, reads_before) = (fetched(&m), reads(&m));
+    // A listing, then `stat` and a read of the file: its size and pages are still what the
+    // kernel had. Neither the stat nor the read reaches the store (shard 0 is not fetched
+    // again) or the daemon's read path.
+    let listed = std::fs::read_dir(m.mnt.join("rank-0/epoch-0"))
+        .unwrap()
+        .count();
+    assert_eq!(listed, names.len());
+    assert_eq!(std::fs::metadata(&first).unwrap().len(), want.len() as u64);
+    assert_eq!(
+        fetched(&m),
+        fetched_before,
+        "stat after a listing fetched the shard again"
+    );
+    assert_eq!(&std::fs::read(&first).unwrap(), want);
+    assert_eq!(
+        reads(&m),
+        reads_before,
+        "the listing dropped the cached pages"
+    );
+    assert!(cached_files_named(&m.cache, "shard.00000.mds").is_empty());
+}
