@@ -26,6 +26,7 @@
 //! store's own runtime.
 
 mod dataset;
+mod download_budget;
 mod error;
 mod io;
 mod layout;

@@ -34,6 +34,9 @@ pub struct CacheOptions {
     pub prefetch_threads: usize,
     /// Downloads of one shard attempted when its bytes fail verification.
     pub verify_attempts: u32,
+    /// Bytes of shards downloaded at once (each held in memory until it is verified and on
+    /// disk); a shard larger than this downloads alone. 0 = no bound.
+    pub download_memory: u64,
     /// How long a read waits for open readers to unpin shards when the pinned shards plus the
     /// one it needs exceed the budget, before it fails with `CacheError::Full`. Pins last one
     /// read call, so this only runs out when a caller holds a `ShardHandle` for long.
@@ -50,6 +53,7 @@ impl Default for CacheOptions {
             uring_depth: 64,
             prefetch_threads: 4,
             verify_attempts: 3,
+            download_memory: 128 << 20,
             pinned_wait: std::time::Duration::from_secs(30),
         }
     }

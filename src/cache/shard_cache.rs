@@ -2,6 +2,7 @@
 //! memory tier in front of it. See the module notes in `cache/mod.rs`.
 
 use super::dataset::Dataset;
+use super::download_budget::DownloadBudget;
 use super::io::{self, FileReader};
 use super::layout::{Durability, Layout};
 use super::memory::{MemoryTier, Provenance};
@@ -134,6 +135,8 @@ pub struct ShardCache {
     trust: Mutex<HashMap<usize, Trust>>,
     /// Serializes checksum verifications, so a shard is hashed once however many readers wait.
     verifying: Mutex<()>,
+    /// Bounds the bytes of shards downloading at once.
+    downloads: DownloadBudget,
     _lock: File,
 }
 
@@ -285,6 +288,7 @@ impl ShardCache {
                 clock,
             }),
             room: Condvar::new(),
+            downloads: DownloadBudget::new(opts.download_memory),
             policy,
             reader,
             prefetch_tx: Mutex::new(None),
@@ -725,6 +729,8 @@ impl ShardCache {
 
     /// Downloads, verifies, decompresses and writes one shard atomically. Returns its size.
     fn fill(&self, shard: usize) -> Result<u64, CacheError> {
+        let size = self.dataset.shard(shard)?.raw.bytes;
+        let _memory = self.downloads.acquire(size);
         let started = Instant::now();
         let raw = self.dataset.fetch_shard(shard, self.opts.verify_attempts)?;
         self.counters.fetch_latency.observe(started.elapsed());

@@ -51,7 +51,8 @@ pub struct MountConfig {
     pub fetch_concurrency: usize,
     /// Shards larger than this are downloaded as parallel ranged GETs of this size (0: one
     /// GET per shard). Used where the download can still be checked: a hash in index.json,
-    /// or S3's ETag.
+    /// or S3's ETag. Shards held in memory while downloading are bounded to one part per
+    /// connection (2 x --fetch-concurrency x this; a larger shard downloads alone).
     #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value = "8MiB")]
     pub fetch_part_size: u64,
     /// How to reach the object store.
@@ -221,6 +222,10 @@ fn open_stream(
         cache_limit,
         memory_limit: config.memory_limit.unwrap_or(256 << 20),
         prefetch_threads: 1,
+        // Enough shard bytes in flight for every connection to carry a part; without parts,
+        // the fetch concurrency alone bounds them.
+        download_memory: (config.fetch_concurrency.max(1) as u64 * 2)
+            .saturating_mul(config.fetch_part_size),
         ..CacheOptions::default()
     };
     let policy = Arc::new(FurthestNextUse::new(readahead, first_shard));

@@ -377,26 +377,61 @@ impl Store for ObjectStoreBackend {
         })
     }
 
-    fn get_part<'a>(
+    fn get_part_into<'a>(
         &'a self,
         key: &'a ObjectKey,
         range: Range<u64>,
-    ) -> StoreFuture<'a, super::Fetched> {
+        mut dest: bytes::BytesMut,
+    ) -> StoreFuture<'a, (bytes::BytesMut, super::EtagMd5s)> {
         Box::pin(async move {
-            let (bytes, e_tag, _) = if range.start >= range.end {
-                (Bytes::new(), None, super::StoreChecksums::default())
-            } else {
-                self.get_with_etag(key, Some(range)).await?
-            };
+            let url = self.url_of(key);
+            if range.start >= range.end {
+                return Ok((dest, (None, None)));
+            }
+            let loc = self.location(key)?;
+            let opts = GetOptions::new().with_range(Some(range.clone()));
+            let result = self
+                .inner
+                .get_opts(&loc, opts)
+                .await
+                .map_err(|e| map_error(e, &url))?;
+            if range.end > result.meta.size {
+                return Err(StoreError::Other {
+                    url,
+                    detail: format!(
+                        "range {}..{} is beyond the end of the object ({} bytes)",
+                        range.start, range.end, result.meta.size
+                    ),
+                });
+            }
             // A ranged answer carries the object's ETag; its checksum headers, if any, are
             // the range's and are not used.
-            let (md5, multipart_md5) = self.etag_md5s(e_tag.as_deref());
-            Ok(super::Fetched {
-                bytes,
-                md5,
-                multipart_md5,
-                store_sums: super::StoreChecksums::default(),
-            })
+            let tags = self.etag_md5s(result.meta.e_tag.as_deref());
+            let mut body = result.into_stream();
+            let mut at = 0usize;
+            while let Some(chunk) = body.try_next().await.transpose() {
+                let chunk = chunk.map_err(|e| body_error(e, &url))?;
+                let end = at.saturating_add(chunk.len());
+                let Some(slot) = dest.get_mut(at..end) else {
+                    return Err(StoreError::Other {
+                        url,
+                        detail: format!(
+                            "the server sent more than the {} bytes asked for",
+                            range.end - range.start
+                        ),
+                    });
+                };
+                slot.copy_from_slice(&chunk);
+                at = end;
+            }
+            if at != dest.len() {
+                return Err(StoreError::ShortBody {
+                    url,
+                    expected: dest.len() as u64,
+                    got: at as u64,
+                });
+            }
+            Ok((dest, tags))
         })
     }
 

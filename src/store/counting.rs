@@ -123,16 +123,17 @@ impl Store for CountingStore {
         })
     }
 
-    fn get_part<'a>(
+    fn get_part_into<'a>(
         &'a self,
         key: &'a ObjectKey,
         range: Range<u64>,
-    ) -> StoreFuture<'a, super::Fetched> {
+        dest: bytes::BytesMut,
+    ) -> StoreFuture<'a, (bytes::BytesMut, super::EtagMd5s)> {
         Box::pin(async move {
             self.bump(key.as_str(), |c| c.range_gets += 1);
-            let f = self.inner.get_part(key, range).await?;
-            self.bump(key.as_str(), |c| c.bytes += f.bytes.len() as u64);
-            Ok(f)
+            let got = self.inner.get_part_into(key, range, dest).await?;
+            self.bump(key.as_str(), |c| c.bytes += got.0.len() as u64);
+            Ok(got)
         })
     }
 

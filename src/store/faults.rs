@@ -217,12 +217,39 @@ impl Store for FaultyStore {
         Box::pin(self.fetched_with_faults(key, move || self.inner.get_fetched(key)))
     }
 
-    fn get_part<'a>(
+    fn get_part_into<'a>(
         &'a self,
         key: &'a ObjectKey,
         range: Range<u64>,
-    ) -> StoreFuture<'a, super::Fetched> {
-        Box::pin(self.fetched_with_faults(key, move || self.inner.get_part(key, range)))
+        dest: bytes::BytesMut,
+    ) -> StoreFuture<'a, (bytes::BytesMut, super::EtagMd5s)> {
+        Box::pin(async move {
+            let (delay, outcome) = self.decide(key);
+            if !delay.is_zero() {
+                tokio::time::sleep(delay).await;
+            }
+            match outcome {
+                Outcome::Fail(e) => Err(e),
+                Outcome::Pass => self.inner.get_part_into(key, range, dest).await,
+                // The body stops half way: what a short read looks like from a real server.
+                Outcome::Damage(Fault::Truncate) => {
+                    let (d, _) = self.inner.get_part_into(key, range, dest).await?;
+                    Err(StoreError::ShortBody {
+                        url: self.inner.url_of(key),
+                        expected: d.len() as u64,
+                        got: d.len() as u64 / 2,
+                    })
+                }
+                Outcome::Damage(_) => {
+                    let (mut d, tags) = self.inner.get_part_into(key, range, dest).await?;
+                    let mid = d.len() / 2;
+                    if let Some(byte) = d.get_mut(mid) {
+                        *byte ^= 0x5a;
+                    }
+                    Ok((d, tags))
+                }
+            }
+        })
     }
 
     fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {

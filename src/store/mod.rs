@@ -49,7 +49,7 @@ pub use parts::get_in_parts;
 pub use resilient::ResilientStore;
 pub use source::{Source, SourceKind};
 
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::future::BoxFuture;
 use std::ops::Range;
 use std::sync::Arc;
@@ -114,18 +114,28 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
             })
         })
     }
-    /// Bytes `range` of one object, with the checksums the store gives for the whole object
-    /// in a ranged answer (an S3 ETag: [`Fetched::md5`], [`Fetched::multipart_md5`]);
-    /// [`Fetched::store_sums`] stays empty, since a range's checksum headers are not the
-    /// object's. By default the bytes of [`Store::get_range`] and no checksum.
-    fn get_part<'a>(&'a self, key: &'a ObjectKey, range: Range<u64>) -> StoreFuture<'a, Fetched> {
+    /// Bytes `range` of one object, written into `dest` (exactly as long as the range) as
+    /// they arrive, with what the object's ETag says of the whole object (an S3 ETag: see
+    /// [`Fetched::md5`], [`Fetched::multipart_md5`]). A range's checksum headers are not the
+    /// object's and are not used. By default the bytes of [`Store::get_range`], copied, and
+    /// no checksum.
+    fn get_part_into<'a>(
+        &'a self,
+        key: &'a ObjectKey,
+        range: Range<u64>,
+        mut dest: BytesMut,
+    ) -> StoreFuture<'a, (BytesMut, EtagMd5s)> {
         Box::pin(async move {
-            Ok(Fetched {
-                bytes: self.get_range(key, range).await?,
-                md5: None,
-                multipart_md5: None,
-                store_sums: StoreChecksums::default(),
-            })
+            let bytes = self.get_range(key, range).await?;
+            if bytes.len() != dest.len() {
+                return Err(StoreError::ShortBody {
+                    url: self.url_of(key),
+                    expected: dest.len() as u64,
+                    got: bytes.len() as u64,
+                });
+            }
+            dest.copy_from_slice(&bytes);
+            Ok((dest, (None, None)))
         })
     }
     /// Every object under `prefix` (all of the dataset when `None`), in no particular order.

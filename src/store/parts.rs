@@ -11,35 +11,41 @@
 //! disagree the object was rewritten during the download and [`StoreError::Changed`] says so.
 
 use super::{EtagMd5s, Fetched, ObjectKey, Store, StoreChecksums, StoreError};
-use bytes::Bytes;
+use bytes::BytesMut;
 use futures::stream::{FuturesUnordered, StreamExt};
 
 /// The whole object `key` of `size` bytes, as ranged GETs of `part_size` bytes (the last one
-/// shorter) all started at once. The result carries the ETag-derived MD5s every part agreed
-/// on, and no header checksums (those of a range are not the object's).
+/// shorter) all started at once, each written into its place in one buffer as its bytes
+/// arrive. The result carries the ETag-derived MD5s every part agreed on, and no header
+/// checksums (those of a range are not the object's).
 pub async fn get_in_parts(
     store: &dyn Store,
     key: &ObjectKey,
     size: u64,
     part_size: u64,
 ) -> Result<Fetched, StoreError> {
-    let part_size = part_size.max(1);
+    let part_size = usize::try_from(part_size.max(1)).unwrap_or(usize::MAX);
     let len = usize::try_from(size).map_err(|_| StoreError::Other {
         url: store.url_of(key),
         detail: format!("{size} bytes do not fit in memory on this machine"),
     })?;
-    let mut pending: FuturesUnordered<_> = (0..size.div_ceil(part_size))
-        .map(|i| {
-            let start = i * part_size;
-            let range = start..(start + part_size).min(size);
-            async move { (start, store.get_part(key, range).await) }
-        })
-        .collect();
-    let mut buf = vec![0u8; len];
+    // One allocation cut into the parts' places; reassembled without copying below.
+    let mut rest = BytesMut::zeroed(len);
+    let mut pending = FuturesUnordered::new();
+    let mut start = 0usize;
+    let mut index = 0usize;
+    while !rest.is_empty() {
+        let dest = rest.split_to(part_size.min(rest.len()));
+        let range = start as u64..(start + dest.len()) as u64;
+        let i = index;
+        start += dest.len();
+        index += 1;
+        pending.push(async move { (i, range.start, store.get_part_into(key, range, dest).await) });
+    }
+    let mut parts: Vec<Option<BytesMut>> = (0..index).map(|_| None).collect();
     let mut agreed: Option<EtagMd5s> = None;
-    while let Some((start, part)) = pending.next().await {
-        let part = part?;
-        let tag = (part.md5, part.multipart_md5);
+    while let Some((i, at, part)) = pending.next().await {
+        let (bytes, tag) = part?;
         match &agreed {
             None => agreed = Some(tag),
             Some(first) if *first == tag => {}
@@ -47,29 +53,32 @@ pub async fn get_in_parts(
                 return Err(StoreError::Changed {
                     url: store.url_of(key),
                     detail: format!(
-                        "part at byte {start} has ETag {}, an earlier part {}",
+                        "part at byte {at} has ETag {}, an earlier part {}",
                         describe(&tag),
                         describe(first)
                     ),
                 })
             }
         }
-        let at = usize::try_from(start).unwrap_or(usize::MAX);
-        let Some(dest) = at
-            .checked_add(part.bytes.len())
-            .and_then(|end| buf.get_mut(at..end))
-        else {
-            return Err(StoreError::ShortBody {
-                url: store.url_of(key),
-                expected: size,
-                got: start.saturating_add(part.bytes.len() as u64),
-            });
-        };
-        dest.copy_from_slice(&part.bytes);
+        if let Some(slot) = parts.get_mut(i) {
+            *slot = Some(bytes);
+        }
+    }
+    let mut whole = BytesMut::new();
+    for part in parts.into_iter().flatten() {
+        // O(1) for parts still in their place; a part a retry refilled elsewhere is copied.
+        whole.unsplit(part);
+    }
+    if whole.len() != len {
+        return Err(StoreError::ShortBody {
+            url: store.url_of(key),
+            expected: size,
+            got: whole.len() as u64,
+        });
     }
     let (md5, multipart_md5) = agreed.unwrap_or((None, None));
     Ok(Fetched {
-        bytes: Bytes::from(buf),
+        bytes: whole.freeze(),
         md5,
         multipart_md5,
         store_sums: StoreChecksums::default(),
@@ -88,6 +97,7 @@ fn describe(tag: &EtagMd5s) -> String {
 mod tests {
     use super::*;
     use crate::store::{ObjectInfo, StoreFuture};
+    use bytes::Bytes;
     use std::ops::Range;
     use std::sync::atomic::{AtomicUsize, Ordering};
 
@@ -112,16 +122,17 @@ mod tests {
         fn get<'a>(&'a self, _key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
             Box::pin(async move { Ok(self.data.clone()) })
         }
-        fn get_part<'a>(&'a self, key: &'a ObjectKey, r: Range<u64>) -> StoreFuture<'a, Fetched> {
+        fn get_part_into<'a>(
+            &'a self,
+            _key: &'a ObjectKey,
+            r: Range<u64>,
+            mut dest: BytesMut,
+        ) -> StoreFuture<'a, (BytesMut, EtagMd5s)> {
             Box::pin(async move {
                 let n = self.reads.fetch_add(1, Ordering::SeqCst);
                 let version = u8::from(n >= self.changes_after);
-                Ok(Fetched {
-                    bytes: self.get_range(key, r).await?,
-                    md5: Some([version; 16]),
-                    multipart_md5: None,
-                    store_sums: StoreChecksums::default(),
-                })
+                dest.copy_from_slice(&self.data[r.start as usize..r.end as usize]);
+                Ok((dest, (Some([version; 16]), None)))
             })
         }
         fn list<'a>(&'a self, _p: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {

@@ -139,26 +139,27 @@ impl Store for ResilientStore {
         Box::pin(self.run(key, move || self.inner.get_fetched(key)))
     }
 
-    fn get_part<'a>(
+    fn get_part_into<'a>(
         &'a self,
         key: &'a ObjectKey,
         range: Range<u64>,
-    ) -> StoreFuture<'a, super::Fetched> {
-        Box::pin(self.run(key, move || {
-            let range = range.clone();
-            async move {
-                let want = range.end.saturating_sub(range.start);
-                let part = self.inner.get_part(key, range).await?;
-                if part.bytes.len() as u64 != want {
-                    return Err(StoreError::ShortBody {
-                        url: self.inner.url_of(key),
-                        expected: want,
-                        got: part.bytes.len() as u64,
-                    });
-                }
-                Ok(part)
-            }
-        }))
+        dest: bytes::BytesMut,
+    ) -> StoreFuture<'a, (bytes::BytesMut, super::EtagMd5s)> {
+        Box::pin(async move {
+            // The first attempt fills `dest`; a failed attempt keeps its buffer, so a retry
+            // fills a new one (the caller then copies that part once when assembling).
+            let len = dest.len();
+            let first = std::sync::Mutex::new(Some(dest));
+            self.run(key, || {
+                let dest = first
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .take()
+                    .unwrap_or_else(|| bytes::BytesMut::zeroed(len));
+                self.inner.get_part_into(key, range.clone(), dest)
+            })
+            .await
+        })
     }
 
     fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
