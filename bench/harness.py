@@ -25,7 +25,9 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ACCESS_KEY, SECRET_KEY, BUCKET = "bench", "benchsecret", "bench"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-ALL_SYSTEMS = ["local", "shardfs", "streaming", "s3fs", "rclone", "mountpoint"]
+ALL_SYSTEMS = ["local", "shardfs", "streaming", "s3fs", "rclone", "mountpoint", "egress"]
+# Cache limits of the egress comparison, as fractions of the dataset's shard bytes.
+EGRESS_LIMITS = (0.25, 1.0)
 
 
 class BenchError(Exception):
@@ -522,6 +524,60 @@ class Runner:
                         "not timed)"})
             self._add(row)
 
+    def egress(self):
+        """Bytes fetched per epoch over two epochs with the cache limited to 25 % and 100 % of
+        the dataset: shardfs (`--cache-limit`) and StreamingDataset (`cache_limit`)."""
+        total = sum(self.layout["sizes"][k] for k in self.layout["mds_keys"] if k.endswith(".mds"))
+        py = os.path.join(self.args.venv, "bin", "python")
+        for frac in EGRESS_LIMITS:
+            limit = int(total * frac) + (0 if frac < 1 else 1 << 20)
+            tag = f"{frac:.0%} cache"
+            mnt = os.path.join(self.workdir, f"mnt-egress-{int(frac * 100)}")
+            cache = os.path.join(self.workdir, f"cache-egress-{int(frac * 100)}")
+            cmd = [self.bins["shardfs"], "mount", f"s3://{BUCKET}/mds", mnt,
+                   "--endpoint-url", self.server.endpoint, "--cache-dir", cache, "--foreground",
+                   "--workers", str(self.args.workers), "--batch-size",
+                   str(self.args.batch_size), "--shuffle", "--epochs", "2",
+                   "--cache-limit", str(limit)] + self.args.shardfs_arg
+            p = self.fuse_mount("shardfs", cmd, mnt, env=self.s3_env())
+            try:
+                for epoch in (0, 1):
+                    folder = os.path.join(mnt, "rank-0", f"epoch-{epoch}")
+                    self.read(f"shardfs {tag}", f"epoch {epoch}",
+                              lambda folder=folder: sample_list_shardfs(folder), serve_pid=p.pid,
+                              extra={"note": f"--cache-limit {limit}"})
+            finally:
+                self.fuse_done(p, mnt)
+            shutil.rmtree(cache, ignore_errors=True)
+            if not os.path.exists(py):
+                self.skipped(f"streaming {tag}", f"no venv at {self.args.venv}")
+                continue
+            env = self.s3_env()
+            env["S3_ENDPOINT_URL"] = self.server.endpoint
+            local = os.path.join(self.workdir, f"cache-streaming-egress-{int(frac * 100)}")
+            res = subprocess.run(
+                [py, os.path.join(HERE, "sd_reader.py"), "--remote", f"s3://{BUCKET}/mds",
+                 "--local", local, "--workers", str(self.args.workers), "--batch-size",
+                 str(self.args.batch_size), "--epochs", "2", "--cache-limit", str(limit),
+                 "--stats-url", f"{self.server.endpoint}/__bench/stats"],
+                capture_output=True, text=True, env=env)
+            shutil.rmtree(local, ignore_errors=True)
+            if res.returncode != 0:
+                self.skipped(f"streaming {tag}", f"FAILED: {_last(res.stderr)}")
+                continue
+            for line in res.stdout.strip().splitlines():
+                r = json.loads(line)
+                row = {"system": f"streaming {tag}", "pass": f"epoch {r['epoch']}",
+                       "samples": r["samples"], "bytes": r["bytes"],
+                       "payload_bytes": r["payload_bytes"], "wall_s": r["wall_s"],
+                       "samples_per_s": r["samples"] / r["wall_s"] if r["wall_s"] else None,
+                       "mb_per_s": r["bytes"] / r["wall_s"] / 1e6 if r["wall_s"] else None,
+                       "list_s": None, "fetched_bytes": r["fetched_bytes"],
+                       "requests": {k: 0 for k in ("gets", "range_gets", "heads", "lists",
+                                                   "other", "connections")},
+                       "note": f"cache_limit {limit}; requests not counted per epoch"}
+                self._add(row)
+
     def s3fs(self):
         if not shutil.which("s3fs"):
             return self.skipped("s3fs", "s3fs not installed (apt-get install s3fs)")
@@ -654,6 +710,34 @@ def table(rows):
     return "\n".join(lines)
 
 
+def egress_table(rows):
+    """Bytes fetched per epoch by shardfs and StreamingDataset at the same cache limit."""
+    by = {(r["system"], r["pass"]): r for r in rows if not r.get("skipped")}
+    lines = ["| cache limit | epoch | shardfs MB fetched | StreamingDataset MB fetched "
+             "| shardfs / SD |", "|---|---|---|---|---|"]
+    for frac in EGRESS_LIMITS:
+        tag = f"{frac:.0%} cache"
+        sums = [0, 0]
+        for epoch in (0, 1, "both"):
+            if epoch == "both":
+                fa, fb = sums
+                if not fa:
+                    continue
+            else:
+                a = by.get((f"shardfs {tag}", f"epoch {epoch}"))
+                b = by.get((f"streaming {tag}", f"epoch {epoch}"))
+                if not a:
+                    continue
+                fa = a["fetched_bytes"]
+                fb = b["fetched_bytes"] if b else None
+                sums[0] += fa
+                sums[1] = None if fb is None or sums[1] is None else sums[1] + fb
+            ratio = fmt(fa / fb if fb else None, ".2f")
+            lines.append(f"| {tag.split()[0]} | {epoch} | {fa / 1e6:.0f} "
+                         f"| {fmt(fb / 1e6 if fb is not None else None, '.0f')} | {ratio} |")
+    return "\n".join(lines)
+
+
 def server_table(curl):
     lines = ["| server | measurement | MB/s | objects/s |", "|---|---|---|---|"]
     for label, rows in curl.items():
@@ -676,7 +760,7 @@ def parse_args(argv):
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--bandwidth-mbps", type=float, default=800.0,
                     help="cap per TCP connection, megabits/s (0 = none)")
-    ap.add_argument("--systems", default="local,shardfs,streaming,s3fs,rclone,mountpoint")
+    ap.add_argument("--systems", default="local,shardfs,streaming,s3fs,rclone,mountpoint,egress")
     ap.add_argument("--data-dir", default=os.path.expanduser("~/.cache/shardfs-bench/data"))
     ap.add_argument("--venv", default=os.path.expanduser("~/.cache/shardfs-bench/venv"))
     ap.add_argument("--out-dir", default=os.path.join(HERE, "out"))
@@ -757,6 +841,8 @@ def main(argv):
               f"{args.bandwidth_mbps} Mbit/s per connection\n")
         print(server_table(result["server_curl"]) + "\n")
         print(text)
+        if any(r["system"].startswith("shardfs ") for r in runner.rows):
+            print("\n" + egress_table(runner.rows) + "\n")
         for n in runner.notes:
             print(f"\nnote: {n}")
         if args.micro:

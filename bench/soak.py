@@ -117,6 +117,9 @@ def main():
     ap.add_argument("--fault-rate", type=float, default=0.2)
     ap.add_argument("--memory-limit", type=int, default=32 << 20,
                     help="the mount's memory tier, small so RSS reaches its steady state early")
+    ap.add_argument("--part-bytes", type=int, default=None,
+                    help="the mount's --fetch-part-size (default: a quarter of --shard-bytes, "
+                         "so shards come as parallel ranged parts, as 64 MiB shards do)")
     ap.add_argument("--stall-ms", type=int, default=1500)
     ap.add_argument("--window-s", type=float, default=60.0,
                     help="first/last window compared for RSS and fds")
@@ -178,6 +181,7 @@ def run(args, bins, procs, work):
     m = procs.start([bins["shardfs"], "mount", f"s3://{BUCKET}/mds", mnt, "--foreground",
                      "--endpoint-url", endpoint, "--cache-dir", os.path.join(work, "cache"),
                      "--cache-limit", str(limit), "--memory-limit", str(args.memory_limit),
+                     "--fetch-part-size", str(args.part_bytes or max(1, args.shard_bytes // 4)),
                      "--log-level", "warn"] + order,
                     env=env, stderr=open(os.path.join(work, "mount.log"), "w"))
     procs.mounts.append(mnt)
