@@ -36,6 +36,7 @@ def main():
     ap.add_argument("--epochs", type=int, default=1)
     ap.add_argument("--cache-limit", type=int, default=None)
     ap.add_argument("--stats-url", default=None)
+    ap.add_argument("--shuffle-block-size", type=int, default=None)
     args = ap.parse_args()
 
     t_import = time.perf_counter()
@@ -45,7 +46,8 @@ def main():
 
     t0 = time.perf_counter()
     ds = StreamingDataset(remote=args.remote, local=args.local, shuffle=True,
-                          batch_size=args.batch_size, cache_limit=args.cache_limit)
+                          batch_size=args.batch_size, cache_limit=args.cache_limit,
+                          shuffle_block_size=args.shuffle_block_size)
     # StreamingDataset 0.13 keeps the boto3 client that fetched index.json, with its pooled
     # keep-alive connection, and DataLoader workers fork with it: several processes then share
     # one TCP connection and responses interleave (seen here as shards with missing and
