@@ -302,6 +302,10 @@ impl Dataset {
         let in_parts = self.fetch_part_size > 0
             && stored.bytes > self.fetch_part_size
             && (!check.hashes.is_empty() || self.id.source.starts_with("s3://"));
+        let failed = |attempt: u32, reason: &str| {
+            Counters::add(&self.counters.verify_failures, 1);
+            tracing::warn!(shard, url = %url, attempt, reason, "downloaded shard failed verification");
+        };
         for attempt in 1..=downloads {
             let fetched = if in_parts {
                 self.store
@@ -314,8 +318,7 @@ impl Dataset {
                 // Rewritten while we read it: like damage, worth another download.
                 Err(e @ StoreError::Changed { .. }) => {
                     last = e.to_string();
-                    Counters::add(&self.counters.verify_failures, 1);
-                    tracing::warn!(shard, url = %url, attempt, reason = %last, "downloaded shard failed verification");
+                    failed(attempt, &last);
                     continue;
                 }
                 Err(e) => return Err(e.into()),
@@ -384,8 +387,7 @@ impl Dataset {
                 Ok(raw) => return Ok(raw),
                 Err(reason) => last = reason,
             }
-            Counters::add(&self.counters.verify_failures, 1);
-            tracing::warn!(shard, url = %url, attempt, reason = %last, "downloaded shard failed verification");
+            failed(attempt, &last);
         }
         Err(CacheError::Corrupt {
             shard,

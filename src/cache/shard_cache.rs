@@ -692,7 +692,7 @@ impl ShardCache {
                         flight: flight.clone(),
                         armed: true,
                     };
-                    let result = self.fill(shard);
+                    let result = self.fill(shard, need);
                     guard.armed = false;
                     let mut st = self.lock();
                     st.reserved = st.reserved.saturating_sub(need);
@@ -727,9 +727,9 @@ impl ShardCache {
         }
     }
 
-    /// Downloads, verifies, decompresses and writes one shard atomically. Returns its size.
-    fn fill(&self, shard: usize) -> Result<u64, CacheError> {
-        let size = self.dataset.shard(shard)?.raw.bytes;
+    /// Downloads, verifies, decompresses and writes one shard (of `size` uncompressed bytes)
+    /// atomically. Returns its size.
+    fn fill(&self, shard: usize, size: u64) -> Result<u64, CacheError> {
         let _memory = self.downloads.acquire(size);
         let started = Instant::now();
         let raw = self.dataset.fetch_shard(shard, self.opts.verify_attempts)?;

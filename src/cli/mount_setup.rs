@@ -198,9 +198,14 @@ struct OpenedStream {
     shards: Arc<dyn ShardStore>,
 }
 
+/// Connections a mount opens to its store at most: two per shard fetch in flight.
+fn connections(config: &MountConfig) -> usize {
+    config.fetch_concurrency.max(1) * 2
+}
+
 fn store_options(config: &MountConfig) -> StoreOptions {
     StoreOptions {
-        max_concurrency: config.fetch_concurrency.max(1) * 2,
+        max_concurrency: connections(config),
         part_size: config.fetch_part_size,
         ..config.store.options()
     }
@@ -224,8 +229,7 @@ fn open_stream(
         prefetch_threads: 1,
         // Enough shard bytes in flight for every connection to carry a part; without parts,
         // the fetch concurrency alone bounds them.
-        download_memory: (config.fetch_concurrency.max(1) as u64 * 2)
-            .saturating_mul(config.fetch_part_size),
+        download_memory: (connections(config) as u64).saturating_mul(config.fetch_part_size),
         ..CacheOptions::default()
     };
     let policy = Arc::new(FurthestNextUse::new(readahead, first_shard));

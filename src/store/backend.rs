@@ -264,30 +264,40 @@ impl ObjectStoreBackend {
         self.get_with_etag(key, range).await.map(|(b, _, _)| b)
     }
 
-    async fn get_with_etag(
+    /// Starts a GET of `key` (of `range`, when given) and checks the range lies inside the
+    /// object; the body is left to the caller.
+    async fn start_get(
         &self,
         key: &ObjectKey,
+        url: &str,
         range: Option<Range<u64>>,
-    ) -> Result<(Bytes, Option<String>, super::StoreChecksums), StoreError> {
-        let url = self.url_of(key);
+    ) -> Result<object_store::GetResult, StoreError> {
         let loc = self.location(key)?;
         let opts = GetOptions::new().with_range(range.clone());
         let result = self
             .inner
             .get_opts(&loc, opts)
             .await
-            .map_err(|e| map_error(e, &url))?;
-        if let Some(r) = &range {
-            if r.end > result.meta.size {
-                return Err(StoreError::Other {
-                    url,
-                    detail: format!(
-                        "range {}..{} is beyond the end of the object ({} bytes)",
-                        r.start, r.end, result.meta.size
-                    ),
-                });
-            }
+            .map_err(|e| map_error(e, url))?;
+        if let Some(r) = range.filter(|r| r.end > result.meta.size) {
+            return Err(StoreError::Other {
+                url: url.to_string(),
+                detail: format!(
+                    "range {}..{} is beyond the end of the object ({} bytes)",
+                    r.start, r.end, result.meta.size
+                ),
+            });
         }
+        Ok(result)
+    }
+
+    async fn get_with_etag(
+        &self,
+        key: &ObjectKey,
+        range: Option<Range<u64>>,
+    ) -> Result<(Bytes, Option<String>, super::StoreChecksums), StoreError> {
+        let url = self.url_of(key);
+        let result = self.start_get(key, &url, range.clone()).await?;
         let expected = range
             .map(|r| r.end - r.start)
             .unwrap_or(result.range.end - result.range.start);
@@ -388,22 +398,7 @@ impl Store for ObjectStoreBackend {
             if range.start >= range.end {
                 return Ok((dest, (None, None)));
             }
-            let loc = self.location(key)?;
-            let opts = GetOptions::new().with_range(Some(range.clone()));
-            let result = self
-                .inner
-                .get_opts(&loc, opts)
-                .await
-                .map_err(|e| map_error(e, &url))?;
-            if range.end > result.meta.size {
-                return Err(StoreError::Other {
-                    url,
-                    detail: format!(
-                        "range {}..{} is beyond the end of the object ({} bytes)",
-                        range.start, range.end, result.meta.size
-                    ),
-                });
-            }
+            let result = self.start_get(key, &url, Some(range.clone())).await?;
             // A ranged answer carries the object's ETag; its checksum headers, if any, are
             // the range's and are not used.
             let tags = self.etag_md5s(result.meta.e_tag.as_deref());

@@ -129,6 +129,15 @@ impl FaultyStore {
         (delay, outcome)
     }
 
+    /// Decides the fault for one request to `key` and sleeps its added latency.
+    async fn next_fault(&self, key: &ObjectKey) -> Outcome {
+        let (delay, outcome) = self.decide(key);
+        if !delay.is_zero() {
+            tokio::time::sleep(delay).await;
+        }
+        outcome
+    }
+
     async fn with_faults<'a, F>(
         &'a self,
         key: &'a ObjectKey,
@@ -137,11 +146,7 @@ impl FaultyStore {
     where
         F: std::future::Future<Output = Result<Bytes, StoreError>> + 'a,
     {
-        let (delay, outcome) = self.decide(key);
-        if !delay.is_zero() {
-            tokio::time::sleep(delay).await;
-        }
-        match outcome {
+        match self.next_fault(key).await {
             Outcome::Fail(e) => Err(e),
             Outcome::Pass => fetch().await,
             Outcome::Damage(Fault::Truncate) => fetch().await.map(|b| b.slice(..b.len() / 2)),
@@ -157,36 +162,6 @@ impl FaultyStore {
     }
 }
 
-impl FaultyStore {
-    /// [`FaultyStore::with_faults`] for answers with checksums: damage applies to the body
-    /// only, the store's checksums stay what it recorded.
-    async fn fetched_with_faults<'a, F>(
-        &'a self,
-        key: &'a ObjectKey,
-        fetch: impl FnOnce() -> F,
-    ) -> Result<super::Fetched, StoreError>
-    where
-        F: std::future::Future<Output = Result<super::Fetched, StoreError>> + 'a,
-    {
-        let sums = std::sync::Mutex::new((None, None, super::StoreChecksums::default()));
-        let bytes = self
-            .with_faults(key, || async {
-                let f = fetch().await?;
-                *sums.lock().unwrap_or_else(|p| p.into_inner()) =
-                    (f.md5, f.multipart_md5, f.store_sums);
-                Ok(f.bytes)
-            })
-            .await?;
-        let (md5, multipart_md5, store_sums) = sums.into_inner().unwrap_or_else(|p| p.into_inner());
-        Ok(super::Fetched {
-            bytes,
-            md5,
-            multipart_md5,
-            store_sums,
-        })
-    }
-}
-
 impl Store for FaultyStore {
     fn url_of(&self, key: &ObjectKey) -> String {
         self.inner.url_of(key)
@@ -194,11 +169,7 @@ impl Store for FaultyStore {
 
     fn head<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo> {
         Box::pin(async move {
-            let (delay, outcome) = self.decide(key);
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            match outcome {
+            match self.next_fault(key).await {
                 Outcome::Fail(e) => Err(e),
                 _ => self.inner.head(key).await,
             }
@@ -214,7 +185,26 @@ impl Store for FaultyStore {
     }
 
     fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::Fetched> {
-        Box::pin(self.fetched_with_faults(key, move || self.inner.get_fetched(key)))
+        Box::pin(async move {
+            // Damage applies to the body only: the store's checksum stays what it recorded.
+            let sums = std::sync::Mutex::new((None, None, super::StoreChecksums::default()));
+            let bytes = self
+                .with_faults(key, || async {
+                    let f = self.inner.get_fetched(key).await?;
+                    *sums.lock().unwrap_or_else(|p| p.into_inner()) =
+                        (f.md5, f.multipart_md5, f.store_sums);
+                    Ok(f.bytes)
+                })
+                .await?;
+            let (md5, multipart_md5, store_sums) =
+                sums.into_inner().unwrap_or_else(|p| p.into_inner());
+            Ok(super::Fetched {
+                bytes,
+                md5,
+                multipart_md5,
+                store_sums,
+            })
+        })
     }
 
     fn get_part_into<'a>(
@@ -224,11 +214,7 @@ impl Store for FaultyStore {
         dest: bytes::BytesMut,
     ) -> StoreFuture<'a, (bytes::BytesMut, super::EtagMd5s)> {
         Box::pin(async move {
-            let (delay, outcome) = self.decide(key);
-            if !delay.is_zero() {
-                tokio::time::sleep(delay).await;
-            }
-            match outcome {
+            match self.next_fault(key).await {
                 Outcome::Fail(e) => Err(e),
                 Outcome::Pass => self.inner.get_part_into(key, range, dest).await,
                 // The body stops half way: what a short read looks like from a real server.

@@ -6,8 +6,9 @@
 //! one is retried, timed out and counted on its own, and the concurrency bound of
 //! [`super::ResilientStore`] caps the connections of all parts of all objects together.
 //!
-//! Parts are copied into one buffer as they land (the peak is the object plus the parts in
-//! flight, not twice the object). Each ranged answer carries the object's ETag; when two parts
+//! Each part's body is written straight into its place in one buffer as it arrives, so the
+//! object is held once and copied once (a retried part lands in a buffer of its own and is
+//! copied into place when the parts are joined). Each ranged answer carries the object's ETag; when two parts
 //! disagree the object was rewritten during the download and [`StoreError::Changed`] says so.
 
 use super::{EtagMd5s, Fetched, ObjectKey, Store, StoreChecksums, StoreError};
