@@ -40,6 +40,9 @@ pub struct EvictionContext<'a> {
     pub usage: u64,
     /// The budget.
     pub limit: u64,
+    /// No reader waits for the incoming shard (readahead): a policy should refuse rather than
+    /// evict a shard needed no later than the incoming one.
+    pub prefetch: bool,
 }
 
 /// Chooses which shard to evict. See the module notes for the contract.
@@ -100,6 +103,7 @@ mod tests {
             need: 10,
             usage: 40,
             limit: 40,
+            prefetch: false,
         };
         assert_eq!(LruPolicy.choose_victim(&ctx), Some(1));
         let ctx = EvictionContext {
@@ -109,6 +113,7 @@ mod tests {
             need: 10,
             usage: 40,
             limit: 40,
+            prefetch: false,
         };
         assert_eq!(LruPolicy.choose_victim(&ctx), None);
     }

@@ -845,6 +845,7 @@ impl ShardCache {
                 need,
                 usage: st.usage.saturating_add(st.reserved),
                 limit: self.limit,
+                prefetch: wait == RoomWait::GiveUp,
             };
             let victim = self
                 .policy

@@ -32,7 +32,8 @@ pub struct MountConfig {
     /// Most bytes of shard headers and samples kept in memory (in front of the disk cache).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub memory_limit: Option<u64>,
-    /// How many epoch-E folders a listing of rank-R/ shows (any epoch can be opened by name).
+    /// How many epoch-E folders a listing of rank-R/ shows (any epoch can be opened by name);
+    /// above 1, readahead also stops at the end of the last one.
     #[arg(long, default_value_t = 1)]
     pub epochs: u64,
     /// Let other users (and root) read the mount (needs user_allow_other in /etc/fuse.conf).
@@ -315,6 +316,9 @@ fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
             budget_bytes: budget,
             max_fetches: config.fetch_concurrency,
             stream_starts,
+            // `--epochs N` (N > 1) says how many epochs the job reads; the default of 1
+            // says nothing, so readahead then runs into the next epoch as usual.
+            last_epoch: (config.epochs > 1).then(|| config.epochs - 1),
             ..Default::default()
         },
     ));

@@ -61,9 +61,12 @@ pub const JUMP_BACK: u64 = 4096;
 pub const REPLAN_STEP: u64 = 16;
 /// ... and at least this fraction (1/N) of the positions its last window covered.
 pub const REPLAN_FRACTION: u64 = 32;
-/// The walk starts this many positions behind the cursor, to cover workers still reading
-/// earlier batches.
+/// Shards of positions read this recently (behind the cursor) are kept while resident: a
+/// worker may still be reading the sample's other files.
 pub const BACK_MARGIN: u64 = 256;
+/// Unread positions at most this far behind the cursor are still planned for (slower workers
+/// will read them); further back, a position is taken as skipped.
+pub const MAX_SPREAD: u64 = JUMP_BACK;
 
 /// Errors of the readahead module.
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +114,9 @@ pub struct ReadaheadOptions {
     /// Epochs whose orders are kept in memory (at least [`MIN_KEEP_EPOCHS`]; epochs a reader
     /// is in are kept beyond it).
     pub keep_epochs: usize,
+    /// The last epoch the job will read, when known: walks stop at its end instead of
+    /// fetching the first shards of an epoch nobody reads.
+    pub last_epoch: Option<u64>,
 }
 
 impl Default for ReadaheadOptions {
@@ -121,6 +127,7 @@ impl Default for ReadaheadOptions {
             max_lookahead: 1 << 20,
             stream_starts: Vec::new(),
             keep_epochs: MIN_KEEP_EPOCHS,
+            last_epoch: None,
         }
     }
 }
@@ -136,6 +143,10 @@ struct Cursor {
     replan_step: AtomicU64,
     reads: AtomicU64,
     bytes: AtomicU64,
+    /// Positions of the current epoch read so far, one bit each (grown on demand).
+    read: RwLock<Vec<AtomicU64>>,
+    /// No position below this one is still to be read (kept by the planner).
+    low: AtomicU64,
     first_read: OnceLock<Instant>,
     /// When the current epoch's first read came and at which position (for samples/s).
     epoch_start: Mutex<Option<(u64, Instant, u64)>>,
@@ -150,9 +161,93 @@ impl Cursor {
             replan_step: AtomicU64::new(REPLAN_STEP),
             reads: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
+            read: RwLock::new(Vec::new()),
+            low: AtomicU64::new(0),
             first_read: OnceLock::new(),
             epoch_start: Mutex::new(None),
         }
+    }
+
+    /// Forgets what was read: the reader starts over at `position`.
+    fn restart_at(&self, position: u64) {
+        let map = self.read.write().unwrap_or_else(|e| e.into_inner());
+        for w in map.iter() {
+            w.store(0, Relaxed);
+        }
+        self.low.store(position, Relaxed);
+    }
+
+    /// Records that `position` was read.
+    fn mark_read(&self, position: u64) {
+        if position < self.low.load(Relaxed) {
+            return;
+        }
+        let Ok(word) = usize::try_from(position / 64) else {
+            return;
+        };
+        let bit = 1u64 << (position % 64);
+        {
+            let map = self.read.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(w) = map.get(word) {
+                w.fetch_or(bit, Relaxed);
+                return;
+            }
+        }
+        let mut map = self.read.write().unwrap_or_else(|e| e.into_inner());
+        if map.len() <= word {
+            let len = word
+                .saturating_add(1)
+                .max(map.len().saturating_mul(2))
+                .max(64);
+            map.resize_with(len, || AtomicU64::new(0));
+        }
+        if let Some(w) = map.get(word) {
+            w.fetch_or(bit, Relaxed);
+        }
+    }
+
+    /// Which positions in `from..to` were read, as a bitmap starting at `from` (positions
+    /// below `low` count as read).
+    fn read_between(&self, from: u64, to: u64) -> ShardSet {
+        let low = self.low.load(Relaxed);
+        let map = self.read.read().unwrap_or_else(|e| e.into_inner());
+        let mut out = ShardSet::default();
+        for p in from..to {
+            let done = p < low
+                || usize::try_from(p / 64)
+                    .ok()
+                    .and_then(|w| map.get(w))
+                    .is_some_and(|w| w.load(Relaxed) & (1 << (p % 64)) != 0);
+            if done {
+                if let Ok(i) = u32::try_from(p - from) {
+                    out.insert(i);
+                }
+            }
+        }
+        out
+    }
+
+    /// Moves `low` up past the positions read, but never further back than [`MAX_SPREAD`]
+    /// behind the cursor `pos`; returns it.
+    fn advance_low(&self, pos: u64) -> u64 {
+        let mut low = self.low.load(Relaxed).max(pos.saturating_sub(MAX_SPREAD));
+        {
+            let map = self.read.read().unwrap_or_else(|e| e.into_inner());
+            while low < pos {
+                let Some(w) = usize::try_from(low / 64).ok().and_then(|w| map.get(w)) else {
+                    break;
+                };
+                let rest = w.load(Relaxed) >> (low % 64);
+                let run = u64::from((!rest).trailing_zeros()).min(64 - low % 64);
+                if run == 0 {
+                    break;
+                }
+                low += run;
+            }
+        }
+        let low = low.min(pos);
+        self.low.fetch_max(low, Relaxed);
+        self.low.load(Relaxed)
     }
 }
 
@@ -262,6 +357,7 @@ impl Readahead {
                 *c.epoch_start.lock().unwrap_or_else(|e| e.into_inner()) =
                     Some((epoch, Instant::now(), position));
             }
+            c.restart_at(position);
             c.epoch.store(epoch, Relaxed);
             c.position.store(position, Relaxed);
             true
@@ -274,6 +370,7 @@ impl Readahead {
         } else {
             false
         };
+        c.mark_read(position);
         if moved {
             let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.generation += 1;
@@ -448,10 +545,23 @@ impl Inner {
             c.planned_at.store(pos, Relaxed);
             let mut seen = ShardSet::default();
             let mut bytes = 0u64;
+            // The walk starts at the lowest position still to be read (slower workers) or
+            // BACK_MARGIN behind the cursor, whichever is further back. Positions read are
+            // passed over (their shards are kept while recent and resident); `distance`
+            // counts the positions still to be read.
+            let low = c.advance_low(pos);
+            let start0 = low.min(pos.saturating_sub(BACK_MARGIN));
+            let read = c.read_between(start0, pos.saturating_add(1));
+            let mut walked = 0u64;
             let mut distance = 0u64;
-            let start0 = pos.saturating_sub(BACK_MARGIN);
             let mut start = start0;
-            'epochs: for e in epoch..epoch.saturating_add(2) {
+            let end = match self.opts.last_epoch {
+                Some(last) => last
+                    .saturating_add(1)
+                    .clamp(epoch + 1, epoch.saturating_add(2)),
+                None => epoch.saturating_add(2),
+            };
+            'epochs: for e in epoch..end {
                 let orders = epochs
                     .entry(e)
                     .or_insert_with(|| self.orders.epoch(e).ok())
@@ -461,54 +571,60 @@ impl Inner {
                 };
                 let from = usize::try_from(start).unwrap_or(usize::MAX);
                 for sample in order.iter_from(from) {
-                    let behind = e == epoch && start0.saturating_add(distance) < pos;
-                    if let Some(shard) = self.shards.shard_of(sample) {
-                        if behind {
-                            // Workers may still be reading here: keep what is resident, fetch nothing.
-                            if self.shards.is_resident(shard) {
-                                next_use.at_most(shard, 0);
-                            }
-                            distance += 1;
-                            continue;
+                    let here = walked;
+                    walked += 1;
+                    let done = e == epoch
+                        && u32::try_from(here).is_ok_and(|i| read.contains(i))
+                        && start0.saturating_add(here) <= pos;
+                    let Some(shard) = self.shards.shard_of(sample) else {
+                        continue;
+                    };
+                    if done {
+                        // Read already: a worker may still be reading its other files.
+                        if start0.saturating_add(here).saturating_add(BACK_MARGIN) >= pos
+                            && self.shards.is_resident(shard)
+                        {
+                            next_use.at_most(shard, 0);
                         }
-                        if !seen.contains(shard) {
-                            let size = self.shards.shard_bytes(shard);
-                            if !seen.is_empty() && bytes.saturating_add(size) > per_rank {
-                                break 'epochs;
-                            }
-                            if !planned.contains(shard) {
-                                let stream = stream_of(shard);
-                                let (Some(total), Some(is_full)) =
-                                    (totals.get_mut(stream), full.get_mut(stream))
-                                else {
-                                    break 'epochs;
-                                };
-                                if *is_full || total.saturating_add(size) > per_stream {
-                                    // This stream's share is covered: plan none of its later
-                                    // shards, but keep walking for the other streams.
-                                    *is_full = true;
-                                    if full.iter().all(|&f| f) {
-                                        break 'epochs;
-                                    }
-                                    distance += 1;
-                                    continue;
-                                }
-                                *total = total.saturating_add(size);
-                                planned.insert(shard);
-                            }
-                            bytes = bytes.saturating_add(size);
-                            seen.insert(shard);
-                        }
-                        next_use.at_most(shard, distance.saturating_sub(pos - start0));
+                        continue;
                     }
+                    if !seen.contains(shard) {
+                        let size = self.shards.shard_bytes(shard);
+                        if !seen.is_empty() && bytes.saturating_add(size) > per_rank {
+                            break 'epochs;
+                        }
+                        if !planned.contains(shard) {
+                            let stream = stream_of(shard);
+                            let (Some(total), Some(is_full)) =
+                                (totals.get_mut(stream), full.get_mut(stream))
+                            else {
+                                break 'epochs;
+                            };
+                            if *is_full || total.saturating_add(size) > per_stream {
+                                // This stream's share is covered: plan none of its later
+                                // shards, but keep walking for the other streams.
+                                *is_full = true;
+                                if full.iter().all(|&f| f) {
+                                    break 'epochs;
+                                }
+                                distance += 1;
+                                continue;
+                            }
+                            *total = total.saturating_add(size);
+                            planned.insert(shard);
+                        }
+                        bytes = bytes.saturating_add(size);
+                        seen.insert(shard);
+                    }
+                    next_use.at_most(shard, distance);
                     distance += 1;
-                    if distance.saturating_sub(pos - start0) > self.opts.max_lookahead {
+                    if distance > self.opts.max_lookahead {
                         break 'epochs;
                     }
                 }
                 start = 0;
             }
-            let window = distance.saturating_sub(pos - start0);
+            let window = distance;
             c.replan_step
                 .store((window / REPLAN_FRACTION).max(REPLAN_STEP), Relaxed);
         }

@@ -33,18 +33,30 @@ impl FurthestNextUse {
 }
 
 impl EvictionPolicy for FurthestNextUse {
+    /// Belady with prefetching: a read that waits takes the furthest shard whatever its next
+    /// use; a prefetch only evicts a shard needed strictly later than the one it brings in,
+    /// else it is refused (fetching now would cost a refetch of the victim before the
+    /// incoming shard is even read).
     fn choose_victim(&self, ctx: &EvictionContext<'_>) -> Option<usize> {
         let ra = self.readahead.get().and_then(Weak::upgrade);
-        ctx.candidates
+        let next_use = |shard: usize| {
+            let global = u32::try_from(shard)
+                .ok()
+                .and_then(|s| s.checked_add(self.first_shard));
+            match (&ra, global) {
+                (Some(r), Some(g)) => r.next_use(g),
+                _ => u64::MAX,
+            }
+        };
+        let (victim, victim_next) = ctx
+            .candidates
             .iter()
             .filter(|c| !ctx.pinned.contains(&c.shard) && c.shard != ctx.incoming)
-            .max_by_key(|c| {
-                let next = ra
-                    .as_ref()
-                    .map(|r| r.next_use(self.first_shard + c.shard as u32))
-                    .unwrap_or(u64::MAX);
-                (next, std::cmp::Reverse(c.last_use))
-            })
-            .map(|c| c.shard)
+            .map(|c| (c, next_use(c.shard)))
+            .max_by_key(|(c, next)| (*next, std::cmp::Reverse(c.last_use)))?;
+        if ctx.prefetch && ra.is_some() && victim_next <= next_use(ctx.incoming) {
+            return None;
+        }
+        Some(victim.shard)
     }
 }

@@ -64,6 +64,7 @@ fn setup_counting(
             max_lookahead: 1 << 20,
             stream_starts,
             keep_epochs: 2,
+            last_epoch: None,
         },
     );
     (ra, src, computed)
@@ -78,12 +79,61 @@ fn fetches_the_shards_ahead_of_the_reader_in_order_within_budget() {
     let mut f = src.fetches.lock().unwrap().clone();
     f.sort();
     assert_eq!(f, vec![0, 1, 2]);
-    assert_eq!(ra.next_use(2), 20);
+    // Position 0 is read: 19 positions still to read come before position 20.
+    assert_eq!(ra.next_use(2), 19);
     assert_eq!(ra.next_use(7), u64::MAX);
-    ra.on_read(0, 0, 55);
+    for p in 1..=55 {
+        ra.on_read(0, 0, p);
+    }
     assert!(ra.wait_idle(Duration::from_secs(5)));
     let f = src.fetches.lock().unwrap().clone();
     assert!(f.contains(&7) && !f.contains(&8), "{f:?}");
+}
+
+#[test]
+fn a_slower_worker_keeps_the_shards_it_has_still_to_read() {
+    // Two workers of one rank over samples 0..1000 (shards 0..100): one read 0..10 and
+    // stopped, the other ran ahead to 600. Positions 10..20 are still to be read by the
+    // slow one, so its shard 1 is needed first, then the fast one's 60 and 61 (3 shards).
+    let (ra, src) = setup(vec![(0..1000).collect()], 300);
+    for p in (0..10).chain(20..=600) {
+        ra.on_read(0, 0, p);
+    }
+    assert!(ra.wait_idle(Duration::from_secs(5)));
+    assert_eq!(ra.next_use(1), 0, "the slow worker reads shard 1 next");
+    let f = src.fetches.lock().unwrap().clone();
+    assert!(
+        f.contains(&1) && f.contains(&60) && f.contains(&61),
+        "{f:?}"
+    );
+    assert!(!f.contains(&62), "nothing beyond the budget: {f:?}");
+    assert_eq!(ra.next_use(3), u64::MAX, "shard 3 (30..40) was read");
+    // The slow worker catches up: the window moves to the cursor.
+    for p in 10..20 {
+        ra.on_read(0, 0, p);
+    }
+    ra.on_read(0, 0, 601);
+    for p in 602..640 {
+        ra.on_read(0, 0, p);
+    }
+    assert!(ra.wait_idle(Duration::from_secs(5)));
+    let f = src.fetches.lock().unwrap().clone();
+    assert!(f.contains(&64) && f.contains(&65), "{f:?}");
+    assert_eq!(ra.next_use(1), u64::MAX);
+}
+
+#[test]
+fn positions_skipped_far_behind_the_cursor_are_not_waited_for() {
+    // A reader that skipped position 1 and read on to MAX_SPREAD + 100: position 1 is
+    // further back than any worker lags, so shard 0 is no longer planned.
+    let n = MAX_SPREAD + 1000;
+    let (ra, _src) = setup(vec![(0..n).collect()], 300);
+    ra.on_read(0, 0, 0);
+    for p in 2..MAX_SPREAD + 100 {
+        ra.on_read(0, 0, p);
+    }
+    assert!(ra.wait_idle(Duration::from_secs(5)));
+    assert_eq!(ra.next_use(0), u64::MAX);
 }
 
 #[test]
@@ -139,6 +189,7 @@ fn eviction_drops_the_shard_needed_furthest_away_never_a_pinned_one() {
         need: 100,
         usage: 500,
         limit: 500,
+        prefetch: false,
     };
     // Before the readahead is known: least recently used among the unplanned.
     assert_eq!(policy.choose_victim(&ctx(&[])), Some(2));
@@ -151,6 +202,46 @@ fn eviction_drops_the_shard_needed_furthest_away_never_a_pinned_one() {
         "pinned shards are never chosen"
     );
     assert_eq!(policy.choose_victim(&ctx(&[9, 8, 3])), Some(2));
+}
+
+#[test]
+fn a_prefetch_never_evicts_a_shard_needed_no_later_than_itself() {
+    use crate::cache::{Candidate, EvictionContext, EvictionPolicy};
+    // Reader at position 0 of samples 0..100 (shards 0..10); the window covers 4 shards.
+    let (ra, _src) = setup(vec![(0..100).collect()], 400);
+    ra.on_read(0, 0, 0);
+    assert!(ra.wait_idle(Duration::from_secs(5)));
+    let ra = Arc::new(ra);
+    let slot = Arc::new(OnceLock::new());
+    let _ = slot.set(Arc::downgrade(&ra));
+    let policy = FurthestNextUse::new(slot, 0);
+    let cand = |shard: usize| Candidate {
+        shard,
+        bytes: 100,
+        last_use: 1,
+    };
+    let ctx = |candidates: &'static [Candidate], incoming: usize, prefetch: bool| EvictionContext {
+        candidates,
+        pinned: &[],
+        incoming,
+        need: 100,
+        usage: 300,
+        limit: 300,
+        prefetch,
+    };
+    static NEAR: OnceLock<[Candidate; 2]> = OnceLock::new();
+    let near: &'static [Candidate] = NEAR.get_or_init(|| [cand(0), cand(1)]);
+    // Shards 0 and 1 are needed before shard 3: a prefetch of 3 is refused ...
+    assert_eq!(policy.choose_victim(&ctx(near, 3, true)), None);
+    // ... a reader waiting for it evicts the furthest of them ...
+    assert_eq!(policy.choose_victim(&ctx(near, 3, false)), Some(1));
+    // ... and a prefetch of shard 1 may evict shard 2 (needed later) but not shard 0.
+    static MID: OnceLock<[Candidate; 2]> = OnceLock::new();
+    let mid: &'static [Candidate] = MID.get_or_init(|| [cand(0), cand(2)]);
+    assert_eq!(policy.choose_victim(&ctx(mid, 1, true)), Some(2));
+    static FIRST: OnceLock<[Candidate; 1]> = OnceLock::new();
+    let first: &'static [Candidate] = FIRST.get_or_init(|| [cand(0)]);
+    assert_eq!(policy.choose_victim(&ctx(first, 1, true)), None);
 }
 
 #[test]
@@ -202,4 +293,37 @@ fn each_stream_gets_its_share_of_the_budget() {
     let mut f = src.fetches.lock().unwrap().clone();
     f.sort();
     assert_eq!(f, vec![0, 1, 5, 6]);
+}
+
+#[test]
+fn the_walk_stops_at_the_last_epoch_the_job_reads() {
+    // Samples 0..100 (shards 0..10) each epoch; the reader is in the last shard of epoch 0
+    // and the window (3 shards) would reach shards 0 and 1 of epoch 1.
+    for (last_epoch, want) in [(None, vec![0, 1, 9]), (Some(0), vec![9])] {
+        let computed = Arc::new(AtomicU64::new(0));
+        let src = Arc::new(Counting {
+            per_shard: 10,
+            resident: Mutex::new(HashSet::new()),
+            fetches: Mutex::new(Vec::new()),
+        });
+        let ra = Readahead::new(
+            Box::new(Fixed(vec![(0..100).collect()], computed)),
+            src.clone(),
+            1,
+            ReadaheadOptions {
+                budget_bytes: 300,
+                max_fetches: 2,
+                last_epoch,
+                ..Default::default()
+            },
+        );
+        for p in 90..=95 {
+            ra.on_read(0, 0, p);
+        }
+        assert!(ra.wait_idle(Duration::from_secs(5)));
+        let mut f = src.fetches.lock().unwrap().clone();
+        f.sort();
+        f.dedup();
+        assert_eq!(f, want, "last epoch {last_epoch:?}");
+    }
 }
