@@ -215,6 +215,11 @@ fn families(status: &Value) -> Vec<(&'static str, &'static str, Family)> {
         Family::Gauge(per_rank("cursor")),
     ));
     out.push((
+        "shardfs_rank_lowest_unread_position",
+        "The lowest position each rank's slowest worker has still to read (readahead keeps its shards).",
+        Family::Gauge(per_rank("lowest_unread")),
+    ));
+    out.push((
         "shardfs_rank_epoch_samples",
         "Samples in each rank's current epoch.",
         Family::Gauge(per_rank("epoch_samples")),

@@ -436,6 +436,7 @@ impl Readahead {
                     "local_rank": n,
                     "epoch": c.epoch.load(Relaxed),
                     "cursor": if pos == NO_POSITION { serde_json::Value::Null } else { pos.into() },
+                    "lowest_unread": if pos == NO_POSITION { serde_json::Value::Null } else { c.low.load(Relaxed).into() },
                     "requests": reads,
                     "bytes_read": bytes,
                     "bytes_per_second": if secs > 0.0 { (bytes as f64 / secs).round() } else { 0.0 },

@@ -34,9 +34,9 @@ impl FurthestNextUse {
 
 impl EvictionPolicy for FurthestNextUse {
     /// Belady with prefetching: a read that waits takes the furthest shard whatever its next
-    /// use; a prefetch only evicts a shard needed strictly later than the one it brings in,
-    /// else it is refused (fetching now would cost a refetch of the victim before the
-    /// incoming shard is even read).
+    /// use; a prefetch only evicts a shard no rank plans to read or one needed strictly later
+    /// than the one it brings in, else it is refused (fetching now would cost a refetch of
+    /// the victim before the incoming shard is even read).
     fn choose_victim(&self, ctx: &EvictionContext<'_>) -> Option<usize> {
         let ra = self.readahead.get().and_then(Weak::upgrade);
         let next_use = |shard: usize| {
@@ -54,7 +54,11 @@ impl EvictionPolicy for FurthestNextUse {
             .filter(|c| !ctx.pinned.contains(&c.shard) && c.shard != ctx.incoming)
             .map(|c| (c, next_use(c.shard)))
             .max_by_key(|(c, next)| (*next, std::cmp::Reverse(c.last_use)))?;
-        if ctx.prefetch && ra.is_some() && victim_next <= next_use(ctx.incoming) {
+        if ctx.prefetch
+            && ra.is_some()
+            && victim_next != u64::MAX
+            && victim_next <= next_use(ctx.incoming)
+        {
             return None;
         }
         Some(victim.shard)

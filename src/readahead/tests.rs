@@ -101,6 +101,7 @@ fn a_slower_worker_keeps_the_shards_it_has_still_to_read() {
     }
     assert!(ra.wait_idle(Duration::from_secs(5)));
     assert_eq!(ra.next_use(1), 0, "the slow worker reads shard 1 next");
+    assert_eq!(ra.status()["ranks"][0]["lowest_unread"], 10);
     let f = src.fetches.lock().unwrap().clone();
     assert!(
         f.contains(&1) && f.contains(&60) && f.contains(&61),
@@ -242,6 +243,10 @@ fn a_prefetch_never_evicts_a_shard_needed_no_later_than_itself() {
     static FIRST: OnceLock<[Candidate; 1]> = OnceLock::new();
     let first: &'static [Candidate] = FIRST.get_or_init(|| [cand(0)]);
     assert_eq!(policy.choose_victim(&ctx(first, 1, true)), None);
+    // A shard no rank plans to read may always go, even for a prefetch the plan has dropped.
+    static UNPLANNED: OnceLock<[Candidate; 2]> = OnceLock::new();
+    let unplanned: &'static [Candidate] = UNPLANNED.get_or_init(|| [cand(0), cand(8)]);
+    assert_eq!(policy.choose_victim(&ctx(unplanned, 9, true)), Some(8));
 }
 
 #[test]
