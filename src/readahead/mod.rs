@@ -143,7 +143,7 @@ struct Cursor {
     replan_step: AtomicU64,
     reads: AtomicU64,
     bytes: AtomicU64,
-    /// Positions of the current epoch read so far, one bit each (grown on demand).
+    /// Positions of the current epoch read or opened so far, one bit each (grown on demand).
     read: RwLock<Vec<AtomicU64>>,
     /// No position below this one is still to be read (kept by the planner).
     low: AtomicU64,
@@ -378,6 +378,22 @@ impl Readahead {
         }
     }
 
+    /// Tells the scheduler that local rank `rank` opened (looked up) `position` of `epoch`.
+    ///
+    /// A sample file is one inode wherever it appears, so the kernel may serve a reopened
+    /// sample from its page cache and no read ever reaches us. The position still counts as
+    /// consumed once the cursor has passed it: the plan no longer waits for it, and a later read
+    /// elsewhere does not bring its shard back for nothing. A lookup never moves the cursor
+    /// (`ls -l` of a folder looks up every name) and is ignored outside the cursor's epoch.
+    pub fn on_lookup(&self, rank: usize, epoch: u64, position: u64) {
+        let Some(c) = self.inner.cursors.get(rank) else {
+            return;
+        };
+        if c.position.load(Relaxed) != NO_POSITION && c.epoch.load(Relaxed) == epoch {
+            c.mark_read(position);
+        }
+    }
+
     /// Records a read that waited `waited` for its shard to arrive.
     pub fn record_stall(&self, waited: Duration) {
         self.inner.stalls.fetch_add(1, Relaxed);
@@ -574,6 +590,8 @@ impl Inner {
                 for sample in order.iter_from(from) {
                     let here = walked;
                     walked += 1;
+                    // Only positions up to the cursor count: one opened ahead of it (a listing
+                    // with `stat`) is still to be read.
                     let done = e == epoch
                         && u32::try_from(here).is_ok_and(|i| read.contains(i))
                         && start0.saturating_add(here) <= pos;

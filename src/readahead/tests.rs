@@ -124,6 +124,52 @@ fn a_slower_worker_keeps_the_shards_it_has_still_to_read() {
 }
 
 #[test]
+fn positions_opened_behind_the_cursor_count_as_read_but_opened_ahead_do_not() {
+    // Positions 10..20 were opened but served by the page cache (no read came); the reader
+    // went on to 600. They are consumed: shard 1 is not planned. Positions 700..800 were
+    // opened ahead of the cursor (a `stat` of the folder) and are still to be read, and a
+    // lookup in another epoch is ignored.
+    let (ra, src) = setup(vec![(0..1000).collect()], 300);
+    ra.on_lookup(0, 0, 5); // before any read: nothing to record against
+    for p in 0..10 {
+        ra.on_read(0, 0, p);
+    }
+    for p in 10..20 {
+        ra.on_lookup(0, 0, p);
+    }
+    for p in 700..800 {
+        ra.on_lookup(0, 0, p);
+        ra.on_lookup(0, 1, p - 690);
+    }
+    for p in 20..=600 {
+        ra.on_read(0, 0, p);
+    }
+    assert!(ra.wait_idle(Duration::from_secs(5)));
+    assert_eq!(
+        ra.next_use(1),
+        u64::MAX,
+        "opened behind the cursor: consumed"
+    );
+    assert_eq!(
+        ra.status()["ranks"][0]["lowest_unread"],
+        600,
+        "all up to the cursor"
+    );
+    let f = src.fetches.lock().unwrap().clone();
+    assert!(!f.contains(&1), "{f:?}");
+    assert!(
+        f.contains(&60) && f.contains(&61) && f.contains(&62),
+        "{f:?}"
+    );
+    // The reader reaches the positions opened ahead: they are planned like any other.
+    for p in 601..=690 {
+        ra.on_read(0, 0, p);
+    }
+    assert!(ra.wait_idle(Duration::from_secs(5)));
+    assert_eq!(ra.next_use(70), 9, "positions 691..700 come first");
+}
+
+#[test]
 fn positions_skipped_far_behind_the_cursor_are_not_waited_for() {
     // A reader that skipped position 1 and read on to MAX_SPREAD + 100: position 1 is
     // further back than any worker lags, so shard 0 is no longer planned.

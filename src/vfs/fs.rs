@@ -10,6 +10,7 @@ use std::time::{Instant, SystemTime};
 use super::error::VfsError;
 use super::inode::{ColumnNo, Epoch, Fixed, Ino, LocalRank, Node, Position, SampleId, MAX_EPOCHS};
 use super::names::{file_name, parse_epoch_dir, parse_file_name, parse_rank_dir, width_for};
+use super::recent::RecentNames;
 use super::source::{SampleSource, SourceError};
 use super::status::ErrorLog;
 use crate::readahead::{RankOrder, Readahead};
@@ -76,6 +77,9 @@ pub struct Vfs {
     status_snapshot: std::sync::Mutex<(Bytes, SystemTime)>,
     /// How long sample-file reads took (from the request to the bytes, waits included).
     read_latency: LatencyHistogram,
+    /// The rank folder position each sample was last opened through (reads of a sample
+    /// inode do not say it).
+    recent: RecentNames,
 }
 
 const FIRST_FILE_OFFSET: u64 = 3;
@@ -100,6 +104,7 @@ impl Vfs {
             started: Instant::now(),
             status_snapshot: std::sync::Mutex::new((Bytes::new(), SystemTime::UNIX_EPOCH)),
             read_latency: LatencyHistogram::default(),
+            recent: RecentNames::default(),
         }
     }
 
@@ -127,14 +132,6 @@ impl Vfs {
     fn order(&self, rank: LocalRank, epoch: Epoch) -> Result<RankOrder, VfsError> {
         self.global_rank(rank)?;
         Ok(self.readahead.order(epoch.0, rank.0 as usize)?)
-    }
-
-    fn sample_at(&self, rank: LocalRank, epoch: Epoch, pos: Position) -> Result<u64, VfsError> {
-        let order = self.order(rank, epoch)?;
-        usize::try_from(pos.0)
-            .ok()
-            .and_then(|p| order.get(p))
-            .ok_or(VfsError::NotFound)
     }
 
     fn ino(node: Node) -> Result<Ino, VfsError> {
@@ -174,7 +171,11 @@ impl Vfs {
                     .and_then(|p| order.get(p))
                     .ok_or(VfsError::NotFound)?;
                 let col = self.column_named(sample, suffix)?;
-                Node::RankFile(r, e, Position(pos), col)
+                // The name is a hard link to the sample's one inode. Remember where it was
+                // opened, so the read that follows moves this rank's readahead cursor.
+                self.recent.record(sample, (r, e, Position(pos)));
+                self.readahead.on_lookup(r.0 as usize, e.0, pos);
+                Node::SampleFile(SampleId(sample), col)
             }
             Node::Fixed(Fixed::SamplesDir) => {
                 let (id, suffix) = parse_file_name(name, width_for(self.source.num_samples()))
@@ -243,12 +244,8 @@ impl Vfs {
             Node::RankDir(r) => self.global_rank(r).map(|_| self.dir_attr(ino)),
             Node::EpochDir(r, _) => self.global_rank(r).map(|_| self.dir_attr(ino)),
             n if n.is_dir() => Ok(self.dir_attr(ino)),
-            Node::RankFile(r, e, p, c) => {
-                // Not a read: `ls -l` or `stat` of a whole epoch folder must neither move the
-                // readahead cursor (only `read` does) nor count as stalls.
-                let sample = self.sample_at(r, e, p)?;
-                self.sized(ino, sample, c)
-            }
+            // Not a read: `ls -l` or `stat` of a whole epoch folder must neither move the
+            // readahead cursor (only `read` does) nor count as stalls.
             Node::SampleFile(s, c) => self.sized(ino, s.0, c),
             _ => Err(VfsError::NotFound),
         }
@@ -258,24 +255,6 @@ impl Vfs {
         match self.source.file_size(sample, col.0) {
             Ok(size) => Ok(self.file_attr(ino, size)),
             Err(e) => Err(self.source_failed(e)),
-        }
-    }
-
-    /// Attributes of `ino` when they are known without waiting for the store (for
-    /// READDIRPLUS, which must not fetch a whole folder's shards).
-    pub fn attr_now(&self, ino: Ino) -> Option<Attr> {
-        match Node::from_ino(ino)? {
-            Node::RankFile(r, e, p, c) => {
-                let sample = self.sample_at(r, e, p).ok()?;
-                self.source
-                    .file_size_now(sample, c.0)
-                    .map(|s| self.file_attr(ino, s))
-            }
-            Node::SampleFile(s, c) => self
-                .source
-                .file_size_now(s.0, c.0)
-                .map(|size| self.file_attr(ino, size)),
-            _ => self.getattr(ino).ok(),
         }
     }
 
@@ -367,7 +346,7 @@ impl Vfs {
                     order.len() as u64,
                     width,
                     |p| order.get(p as usize),
-                    |p, c| Node::RankFile(r, e, Position(p), c),
+                    |_, sample, c| Node::SampleFile(SampleId(sample), c),
                     &mut add,
                 )
             }
@@ -378,7 +357,7 @@ impl Vfs {
                     n,
                     width_for(n),
                     Some,
-                    |s, c| Node::SampleFile(SampleId(s), c),
+                    |_, s, c| Node::SampleFile(SampleId(s), c),
                     &mut add,
                 )
             }
@@ -394,7 +373,7 @@ impl Vfs {
         len: u64,
         width: usize,
         sample_of: impl Fn(u64) -> Option<u64>,
-        node_of: impl Fn(u64, ColumnNo) -> Node,
+        node_of: impl Fn(u64, u64, ColumnNo) -> Node,
         add: &mut dyn FnMut(DirEntry) -> bool,
     ) -> Result<(), VfsError> {
         let (mut number, mut col) = if offset < FIRST_FILE_OFFSET {
@@ -407,7 +386,7 @@ impl Vfs {
             let sample = sample_of(number).ok_or(VfsError::NotFound)?;
             let cols = self.source.columns(sample).unwrap_or(&[]);
             while col < cols.len() {
-                let ino = Self::ino(node_of(number, ColumnNo(col as u32)))?;
+                let ino = Self::ino(node_of(number, sample, ColumnNo(col as u32)))?;
                 let next_offset = FIRST_FILE_OFFSET + ((number << 8) | col as u64);
                 let name = file_name(number, width, &cols[col].suffix);
                 if add(DirEntry {
@@ -447,18 +426,17 @@ impl Vfs {
                     .clone();
                 Ok(slice(&snapshot))
             }
-            Node::RankFile(r, e, p, c) => {
-                let started = Instant::now();
-                let sample = self.sample_at(r, e, p)?;
-                self.readahead.on_read(r.0 as usize, e.0, p.0);
-                let data = self.read_sample(sample, c, offset, size)?;
-                self.readahead.count_bytes(r.0 as usize, data.len() as u64);
-                self.read_latency.observe(started.elapsed());
-                Ok(data)
-            }
             Node::SampleFile(s, c) => {
                 let started = Instant::now();
+                // Opened through a rank folder (recently): that rank's reader is there.
+                let rank = self.recent.find(s.0).map(|(r, e, p)| {
+                    self.readahead.on_read(r.0 as usize, e.0, p.0);
+                    r
+                });
                 let data = self.read_sample(s.0, c, offset, size)?;
+                if let Some(r) = rank {
+                    self.readahead.count_bytes(r.0 as usize, data.len() as u64);
+                }
                 self.read_latency.observe(started.elapsed());
                 Ok(data)
             }

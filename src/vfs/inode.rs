@@ -7,12 +7,16 @@
 //!
 //! ```text
 //! bits 63..60  kind
-//! rank file:   kind=RankFile | local rank (8) | epoch (12) | position (32) | column (8)
 //! sample file: kind=SampleFile | 0 (12) | sample id (40) | column (8)
 //! epoch dir:   kind=EpochDir | local rank (8) | epoch (12) | 0 (40)
 //! rank dir:    kind=RankDir  | local rank (8) | 0 (52)
 //! fixed:       kind=Fixed, low bits 1..=5 (1 is the FUSE root)
 //! ```
+//! A file in a rank folder (`rank-R/epoch-E/NNNNNNNN.COLUMN.EXT`) is the *sample file* it
+//! names: one inode per sample column wherever it appears, so the kernel's page cache holds
+//! its bytes once and serves them again in every later epoch and under `samples/` (the names
+//! are hard links to it). Kind 3 (the rank files of earlier versions) is no longer handed out.
+//!
 //! Anything beyond these widths (more than 256 local ranks, 4096 epochs, 2^32 positions per
 //! rank and epoch, 2^40 samples, 256 columns) cannot be named and is reported as missing.
 
@@ -64,9 +68,8 @@ pub enum Node {
     RankDir(LocalRank),
     /// `rank-R/epoch-E/`.
     EpochDir(LocalRank, Epoch),
-    /// `rank-R/epoch-E/NNNNNNNN.COLUMN.EXT`.
-    RankFile(LocalRank, Epoch, Position, ColumnNo),
-    /// `samples/NNNNNNNN.COLUMN.EXT`.
+    /// One column of one sample: `samples/NNNNNNNN.COLUMN.EXT` and every rank folder name
+    /// of that sample.
     SampleFile(SampleId, ColumnNo),
 }
 
@@ -74,14 +77,13 @@ const KIND_SHIFT: u32 = 60;
 const K_FIXED: u64 = 0;
 const K_RANK_DIR: u64 = 1;
 const K_EPOCH_DIR: u64 = 2;
-const K_RANK_FILE: u64 = 3;
 const K_SAMPLE_FILE: u64 = 4;
 
 /// Largest local rank index an inode can carry.
 pub const MAX_LOCAL_RANKS: u32 = 1 << 8;
 /// Epochs an inode can carry.
 pub const MAX_EPOCHS: u64 = 1 << 12;
-/// Positions per rank and epoch an inode can carry.
+/// Positions per rank and epoch a name can carry.
 pub const MAX_POSITIONS: u64 = 1 << 32;
 /// Sample ids an inode can carry.
 pub const MAX_SAMPLES: u64 = 1 << 40;
@@ -111,20 +113,6 @@ impl Node {
                 }
                 (K_EPOCH_DIR << KIND_SHIFT) | (u64::from(r.0) << 52) | (e.0 << 40)
             }
-            Node::RankFile(r, e, p, c) => {
-                if r.0 >= MAX_LOCAL_RANKS
-                    || e.0 >= MAX_EPOCHS
-                    || p.0 >= MAX_POSITIONS
-                    || c.0 >= MAX_COLUMNS
-                {
-                    return None;
-                }
-                (K_RANK_FILE << KIND_SHIFT)
-                    | (u64::from(r.0) << 52)
-                    | (e.0 << 40)
-                    | (p.0 << 8)
-                    | u64::from(c.0)
-            }
             Node::SampleFile(s, c) => {
                 if s.0 >= MAX_SAMPLES || c.0 >= MAX_COLUMNS {
                     return None;
@@ -151,12 +139,6 @@ impl Node {
             })),
             K_RANK_DIR => Some(Node::RankDir(rank)),
             K_EPOCH_DIR => Some(Node::EpochDir(rank, epoch)),
-            K_RANK_FILE => Some(Node::RankFile(
-                rank,
-                epoch,
-                Position((v >> 8) & 0xffff_ffff),
-                ColumnNo((v & 0xff) as u32),
-            )),
             K_SAMPLE_FILE => Some(Node::SampleFile(
                 SampleId((v >> 8) & (MAX_SAMPLES - 1)),
                 ColumnNo((v & 0xff) as u32),
@@ -183,17 +165,11 @@ mod tests {
 
     proptest! {
         #[test]
-        fn rank_files_round_trip(r in 0u32..256, e in 0u64..4096, p in 0u64..(1u64 << 32), c in 0u32..256) {
-            let n = Node::RankFile(LocalRank(r), Epoch(e), Position(p), ColumnNo(c));
+        fn sample_files_round_trip(s in 0u64..(1u64 << 40), c in 0u32..256) {
+            let n = Node::SampleFile(SampleId(s), ColumnNo(c));
             let ino = n.ino().unwrap();
             prop_assert!(ino.0 > 5);
             prop_assert_eq!(Node::from_ino(ino), Some(n));
-        }
-
-        #[test]
-        fn sample_files_round_trip(s in 0u64..(1u64 << 40), c in 0u32..256) {
-            let n = Node::SampleFile(SampleId(s), ColumnNo(c));
-            prop_assert_eq!(Node::from_ino(n.ino().unwrap()), Some(n));
         }
     }
 

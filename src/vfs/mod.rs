@@ -16,6 +16,7 @@ mod error;
 mod fs;
 pub mod inode;
 pub mod names;
+mod recent;
 mod source;
 mod status;
 

@@ -47,9 +47,6 @@ impl SampleSource for Memory {
         self.read(sample, column, 0, u32::MAX)
             .map(|b| b.len() as u64)
     }
-    fn file_size_now(&self, _sample: u64, _column: u32) -> Option<u64> {
-        None
-    }
     fn read(
         &self,
         sample: u64,
@@ -282,6 +279,58 @@ fn stat_does_not_move_the_readahead_cursor_but_read_does() {
     assert_eq!(cursor(&v), 7, "stat moved the cursor");
     v.read(far.ino, 0, 10).unwrap();
     assert_eq!(cursor(&v), 39_999);
+}
+
+#[test]
+fn a_sample_is_one_inode_in_every_epoch_and_reads_follow_the_name_opened() {
+    // One rank over 40 samples (world 1): every epoch holds every sample, so each sample
+    // file of epoch 0 is also in epoch 1 and in samples/, under the same inode.
+    let v = vfs(40, vec![0], 1, None);
+    let status = |v: &Vfs| -> serde_json::Value {
+        serde_json::from_slice::<serde_json::Value>(&v.status_json()).unwrap()["readahead"]["ranks"]
+            [0]
+        .clone()
+    };
+    let order1 = model_order(40, 1, 0, 1);
+    let e1 = path(&v, "rank-0/epoch-1/00000003.z.npy").unwrap();
+    let s = path(&v, &format!("samples/{:08}.z.npy", order1[3])).unwrap();
+    assert_eq!(e1.ino, s.ino);
+    let p0 = model_order(40, 1, 0, 0)
+        .iter()
+        .position(|&x| x == order1[3])
+        .unwrap();
+    let e0 = path(&v, &format!("rank-0/epoch-0/{p0:08}.z.npy")).unwrap();
+    assert_eq!(e0.ino, e1.ino);
+    // Listings name the same inodes.
+    let dir = path(&v, "rank-0/epoch-1").unwrap();
+    let listed = list(&v, dir.ino, 1000);
+    let entry = listed.iter().find(|e| e.name == "00000003.z.npy").unwrap();
+    assert_eq!(entry.ino, s.ino);
+    // The last name looked up says which rank position a read of the inode is for.
+    v.read(e1.ino, 0, 10).unwrap();
+    assert_eq!(
+        (status(&v)["epoch"].clone(), status(&v)["cursor"].clone()),
+        (0.into(), p0.into())
+    );
+    let e1 = path(&v, "rank-0/epoch-1/00000003.z.npy").unwrap();
+    v.read(e1.ino, 0, 10).unwrap();
+    assert_eq!(
+        (status(&v)["epoch"].clone(), status(&v)["cursor"].clone()),
+        (1.into(), 3.into())
+    );
+    let again = path(&v, &format!("rank-0/epoch-0/{p0:08}.z.npy")).unwrap();
+    v.read(again.ino, 0, 10).unwrap();
+    assert_eq!(status(&v)["epoch"], 0);
+    assert_eq!(status(&v)["cursor"], p0);
+    // A sample never opened through a rank folder is read without moving any cursor.
+    let other = (0..40).find(|&x| x != order1[3]).unwrap();
+    let direct = path(&v, &format!("samples/{other:08}.a.bin")).unwrap();
+    let before = status(&v)["requests"].clone();
+    assert_eq!(
+        v.read(direct.ino, 0, 4096).unwrap(),
+        Memory::bytes(other, 0)
+    );
+    assert_eq!(status(&v)["requests"], before);
 }
 
 #[test]

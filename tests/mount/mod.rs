@@ -831,10 +831,10 @@ fn cached_files_named(dir: &Path, part: &str) -> Vec<PathBuf> {
 
 #[test]
 fn a_listing_keeps_the_page_cache_of_files_already_read() {
-    // Review finding A4 feared that a READDIRPLUS entry whose size is not known without
-    // fetching (it goes out with size 0 and a zero TTL) would make the kernel drop the cached
-    // pages of a file it had already read. It does not (Linux 6.18): the entry of a file the
-    // kernel holds keeps its size, and this test keeps it that way.
+    // Review finding A4 feared that a listing would make the kernel drop the cached pages of
+    // a file it had already read (a READDIRPLUS entry whose size is not known without fetching
+    // goes out with size 0). Listings are plain READDIR now, and this test keeps a listing
+    // harmless: the file's size and pages are what the kernel had.
     let dir = fixtures().join("mds/basic");
     let exp = Expected::load(&dir);
     let biggest = exp
@@ -900,4 +900,74 @@ fn a_listing_keeps_the_page_cache_of_files_already_read() {
         "the listing dropped the cached pages"
     );
     assert!(cached_files_named(&m.cache, "shard.00000.mds").is_empty());
+}
+
+#[test]
+fn a_later_epoch_reads_every_sample_from_the_page_cache() {
+    // One rank, shuffled, two epochs: each epoch holds every sample once, in another order.
+    // A sample is one inode under every name, so once epoch 0 has been read (and the
+    // dataset fits in the page cache) epoch 1 is served by the kernel: no read reaches the
+    // daemon, and the bytes are still each sample's own.
+    let dir = fixtures().join("mds/basic");
+    let exp = Expected::load(&dir);
+    let m = Mount::new(dir.to_str().unwrap(), &["--shuffle", "--epochs", "2"]);
+    let mut want: Vec<Vec<u8>> = (0..exp.samples.len() as u64)
+        .flat_map(|g| exp.files(g).into_iter().map(|(_, b)| b))
+        .collect();
+    want.sort();
+    let read_epoch = |e: u64| {
+        let folder = m.mnt.join(format!("rank-0/epoch-{e}"));
+        let names = m.list(&format!("rank-0/epoch-{e}"));
+        let mut got = Vec::new();
+        let mut inodes = std::collections::BTreeSet::new();
+        for n in &names {
+            let p = folder.join(n);
+            got.push(std::fs::read(&p).unwrap());
+            inodes.insert(std::os::unix::fs::MetadataExt::ino(
+                &std::fs::metadata(&p).unwrap(),
+            ));
+        }
+        got.sort();
+        (names, got, inodes)
+    };
+    let reads = |m: &Mount| m.status()["read_latency"]["count"].as_u64().unwrap();
+    let (names0, got0, inodes0) = read_epoch(0);
+    assert!(
+        got0 == want,
+        "epoch 0 bytes differ from the fixture's samples"
+    );
+    let after0 = reads(&m);
+    // Empty files need no read; the others at least one each.
+    assert!(
+        after0 > names0.len() as u64 / 2,
+        "{after0} reads for {} files",
+        names0.len()
+    );
+    let (_, got1, inodes1) = read_epoch(1);
+    assert_ne!(names0.len(), 0);
+    assert!(
+        got1 == want,
+        "epoch 1 bytes differ from the fixture's samples"
+    );
+    assert_eq!(inodes0, inodes1, "epoch 1 names other inodes than epoch 0");
+    assert_eq!(
+        inodes0.len(),
+        names0.len(),
+        "two names of one epoch share an inode"
+    );
+    let samples: std::collections::BTreeSet<u64> = m
+        .list("samples")
+        .iter()
+        .map(|n| {
+            std::os::unix::fs::MetadataExt::ino(
+                &std::fs::metadata(m.mnt.join("samples").join(n)).unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(samples, inodes0, "samples/ names other inodes");
+    assert_eq!(
+        reads(&m),
+        after0,
+        "epoch 1 reached the daemon: the page cache was not shared"
+    );
 }
