@@ -6,7 +6,8 @@ The dataset (bench-gen, hashless like MDSWriter's default, served with multipart
 `aws s3 cp` uploads them) is mounted twice with the same ordering options: through the faulty
 server (the mount under test) and from its local folder (the reference, no network). Reader
 processes take (rank, epoch) pairs in turn and read every file of `rank-R/epoch-E/` in order,
-comparing each with the reference's file of the same name. A read that fails (EIO) is counted
+comparing each with the reference's file of the same name (each file's cached pages dropped
+first, so every read reaches the daemon). A read that fails (EIO) is counted
 and tried again once a second later (recovered or not). The daemon's RSS and open file
 descriptors are sampled every second. Printed at the end (and written as JSON): reads, bytes,
 faults injected by kind, wrong bytes, EIOs and recoveries, verification failures the mount
@@ -78,6 +79,9 @@ def reader(wid, jobs, mnt, ref, deadline, out):
             for attempt in range(2):
                 try:
                     with open(os.path.join(mnt, rel, name), "rb") as f:
+                        # A sample is one inode in every epoch: drop its cached pages so the
+                        # read reaches the daemon, as in a dataset larger than RAM.
+                        os.posix_fadvise(f.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
                         got = f.read()
                     if attempt == 1:
                         stats["recovered"] += 1

@@ -1,7 +1,7 @@
 //! A full cache disk (a tiny tmpfs as `--cache-dir`): reads degrade to memory or to EIO with
 //! a clear log line, never to wrong bytes, and the cache works again once space returns.
 
-use super::{bin, Expected};
+use super::{bin, drop_cached_pages, Expected};
 use crate::common::fixtures;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -102,10 +102,16 @@ impl Drop for FullDiskMount {
 
 /// Every file of rank 0's `epoch` folder equals the reference rendering (one rank, no
 /// shuffle: position p holds sample p).
-fn check_epoch(m: &FullDiskMount, exp: &Expected, epoch: u32) {
+///
+/// A sample is one inode in every epoch, so a later epoch would come from the page cache:
+/// `uncached` drops each file's cached pages first, so the read reaches the daemon.
+fn check_epoch(m: &FullDiskMount, exp: &Expected, epoch: u32, uncached: bool) {
     for g in 0..exp.samples.len() as u64 {
         for (suffix, bytes) in exp.files(g) {
             let p = m.mnt.join(format!("rank-0/epoch-{epoch}/{g:08}.{suffix}"));
+            if uncached {
+                drop_cached_pages(&p);
+            }
             let got =
                 std::fs::read(&p).unwrap_or_else(|e| panic!("{}: {e}\n{}", p.display(), m.log()));
             assert_eq!(got, bytes, "{}", p.display());
@@ -119,7 +125,7 @@ fn a_full_cache_disk_serves_verified_shards_from_memory_and_recovers() {
     let exp = Expected::load(&dir);
     // Two pages: not one decompressed 16 KB shard fits.
     let m = FullDiskMount::new(&dir, "8k", &["--epochs", "2"]);
-    check_epoch(&m, &exp, 0);
+    check_epoch(&m, &exp, 0, false);
     let s = m.status();
     let cache = &s["cache"][0];
     assert!(cache["disk_write_failures"].as_u64().unwrap() > 0, "{s}");
@@ -130,7 +136,7 @@ fn a_full_cache_disk_serves_verified_shards_from_memory_and_recovers() {
     );
     // Space returns: the cache fills again (readahead and reads of the next epoch).
     m.resize("16m");
-    check_epoch(&m, &exp, 1);
+    check_epoch(&m, &exp, 1, true);
     let deadline = Instant::now() + Duration::from_secs(20);
     loop {
         let s = m.status();

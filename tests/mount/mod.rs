@@ -182,6 +182,16 @@ impl Expected {
     }
 }
 
+/// Drops the kernel's cached pages of one file (`POSIX_FADV_DONTNEED`), so the next read of
+/// it reaches the filesystem.
+pub fn drop_cached_pages(path: &Path) {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap();
+    // SAFETY: a valid open descriptor; advice only, no memory is handed over.
+    let rc = unsafe { libc::posix_fadvise(f.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+    assert_eq!(rc, 0, "posix_fadvise({})", path.display());
+}
+
 fn mds_datasets() -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = std::fs::read_dir(fixtures().join("mds"))
         .unwrap()
@@ -651,8 +661,10 @@ fn a_node_serving_several_ranks_fetches_each_shard_once() {
     }
     let s = m.status();
     assert_eq!(s["errors"]["count"], 0);
+    // A rank's cursor follows the reads that reach the daemon: samples this node already read
+    // in epoch 0 come from the page cache in epoch 1 (one inode per sample), so a cursor may
+    // stay in epoch 0.
     for r in s["readahead"]["ranks"].as_array().unwrap() {
-        assert_eq!(r["epoch"], 1);
         assert!(r["bytes_read"].as_u64().unwrap() > 0);
     }
 }
@@ -936,7 +948,16 @@ fn a_later_epoch_reads_every_sample_from_the_page_cache() {
         got0 == want,
         "epoch 0 bytes differ from the fixture's samples"
     );
-    let after0 = reads(&m);
+    // The kernel may still be answering a readahead it issued during the last read.
+    let mut after0 = reads(&m);
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        let now = reads(&m);
+        if now == after0 {
+            break;
+        }
+        after0 = now;
+    }
     // Empty files need no read; the others at least one each.
     assert!(
         after0 > names0.len() as u64 / 2,
