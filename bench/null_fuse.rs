@@ -1,7 +1,8 @@
 //! The FUSE ceiling of this machine: a read-only filesystem that serves the names and sizes of a
 //! manifest (`relative/path<TAB>size` per line, as the bench lists a shardfs epoch folder) from
 //! memory, with the kernel options shardfs uses (src/fuse: read-only, noatime, clone_fd, the
-//! same init flags (plain READDIR, no READDIRPLUS), 1-year TTLs, NO_OPEN, `--threads` workers). Reads return a fixed byte
+//! same init flags with READDIRPLUS always on, 1-year TTLs, NO_OPEN, `--threads` workers).
+//! Reads return a fixed byte
 //! pattern: no disk, no cache, no lookups beyond a hash map. The bench reads it like shardfs's
 //! warm pass; shardfs's rate over this one is its share of the ceiling.
 //!
@@ -15,7 +16,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use fuser::{
     Errno, FileAttr, FileHandle, FileType, Filesystem, Generation, INodeNo, InitFlags,
     KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyData, ReplyDirectory,
-    ReplyEntry, ReplyOpen, Request,
+    ReplyDirectoryPlus, ReplyEntry, ReplyOpen, Request,
 };
 
 const TTL: Duration = Duration::from_secs(365 * 24 * 3600);
@@ -118,7 +119,8 @@ impl NullFs {
 
 impl Filesystem for NullFs {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let wanted = InitFlags::FUSE_NO_OPEN_SUPPORT
+        let wanted = InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_NO_OPEN_SUPPORT
             | InitFlags::FUSE_NO_OPENDIR_SUPPORT
             | InitFlags::FUSE_PARALLEL_DIROPS
             | InitFlags::FUSE_AUTO_INVAL_DATA
@@ -197,6 +199,26 @@ impl Filesystem for NullFs {
         for (k, (name, child)) in n.children.iter().enumerate().skip(offset as usize) {
             let kind = self.nodes[*child as usize].attr.kind;
             if reply.add(INodeNo(*child), k as u64 + 1, kind, name) {
+                break;
+            }
+        }
+        reply.ok()
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let Some(n) = self.node(ino) else {
+            return reply.error(Errno::ENOENT);
+        };
+        for (k, (name, child)) in n.children.iter().enumerate().skip(offset as usize) {
+            let a = &self.nodes[*child as usize].attr;
+            if reply.add(INodeNo(*child), k as u64 + 1, name, &TTL, a, Generation(0)) {
                 break;
             }
         }

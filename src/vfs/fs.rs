@@ -83,6 +83,12 @@ pub struct Vfs {
 }
 
 const FIRST_FILE_OFFSET: u64 = 3;
+
+/// The position (or sample id) of a numbered entry from its `next_offset` (see
+/// `Vfs::list_files`: the offset packs number and column).
+fn position_of_offset(next_offset: u64) -> u64 {
+    next_offset.saturating_sub(FIRST_FILE_OFFSET) >> 8
+}
 /// `status.json` sizes are multiples of this.
 const STATUS_PAD: usize = 4096;
 
@@ -256,6 +262,43 @@ impl Vfs {
             Ok(size) => Ok(self.file_attr(ino, size)),
             Err(e) => Err(self.source_failed(e)),
         }
+    }
+
+    /// Attributes of `ino` when they are known without waiting for the store (for
+    /// READDIRPLUS, which must not fetch a whole folder's shards).
+    pub fn attr_now(&self, ino: Ino) -> Option<Attr> {
+        match Node::from_ino(ino)? {
+            Node::SampleFile(s, c) => self
+                .source
+                .file_size_now(s.0, c.0)
+                .map(|size| self.file_attr(ino, size)),
+            _ => self.getattr(ino).ok(),
+        }
+    }
+
+    /// [`Vfs::readdir`] with each entry's attributes where they are known without waiting
+    /// for the store (READDIRPLUS). The kernel opens such an entry without a lookup, so a
+    /// rank folder's entry with attributes is recorded as where its sample is opened.
+    pub fn readdir_plus(
+        &self,
+        ino: Ino,
+        offset: u64,
+        mut add: impl FnMut(DirEntry, Option<Attr>) -> bool,
+    ) -> Result<(), VfsError> {
+        let folder = match Node::from_ino(ino) {
+            Some(Node::EpochDir(r, e)) => Some((r, e)),
+            _ => None,
+        };
+        self.readdir(ino, offset, |entry| {
+            let attr = self.attr_now(entry.ino);
+            if let (Some((r, e)), Some(_), Some(Node::SampleFile(s, _))) =
+                (folder, attr, Node::from_ino(entry.ino))
+            {
+                let pos = Position(position_of_offset(entry.next_offset));
+                self.recent.record(s.0, (r, e, pos));
+            }
+            add(entry, attr)
+        })
     }
 
     fn source_failed(&self, e: SourceError) -> VfsError {

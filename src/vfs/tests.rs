@@ -47,6 +47,12 @@ impl SampleSource for Memory {
         self.read(sample, column, 0, u32::MAX)
             .map(|b| b.len() as u64)
     }
+    /// Known without waiting for even samples only (odd ones "not local yet").
+    fn file_size_now(&self, sample: u64, column: u32) -> Option<u64> {
+        self.file_size(sample, column)
+            .ok()
+            .filter(|_| sample % 2 == 0)
+    }
     fn read(
         &self,
         sample: u64,
@@ -331,6 +337,56 @@ fn a_sample_is_one_inode_in_every_epoch_and_reads_follow_the_name_opened() {
         Memory::bytes(other, 0)
     );
     assert_eq!(status(&v)["requests"], before);
+}
+
+#[test]
+fn a_listing_with_attributes_records_where_its_samples_are_opened() {
+    // READDIRPLUS: entries whose size is known come with attributes, and the kernel opens
+    // them without a lookup; their reads must still move the rank's cursor.
+    let v = vfs(40, vec![0], 1, None);
+    let dir = path(&v, "rank-0/epoch-1").unwrap();
+    let mut entries = Vec::new();
+    v.readdir_plus(dir.ino, 0, |e, a| {
+        entries.push((e, a));
+        false
+    })
+    .unwrap();
+    let order1 = model_order(40, 1, 0, 1);
+    let files: Vec<_> = entries
+        .iter()
+        .filter(|(e, _)| e.kind == Kind::File)
+        .collect();
+    assert_eq!(files.len(), list(&v, dir.ino, 1000).len() - 2);
+    for (e, a) in &files {
+        let p: usize = e.name[..e.name.find('.').unwrap()].parse().unwrap();
+        let sample = order1[p];
+        match a {
+            Some(a) => {
+                assert_eq!(sample % 2, 0, "{}", e.name);
+                assert_eq!(a.ino, e.ino);
+                assert_eq!(a.size, v.getattr(e.ino).unwrap().size);
+            }
+            None => assert_eq!(sample % 2, 1, "{}", e.name),
+        }
+    }
+    let cursor = |v: &Vfs| {
+        let s: serde_json::Value = serde_json::from_slice(&v.status_json()).unwrap();
+        let r = &s["readahead"]["ranks"][0];
+        (r["epoch"].clone(), r["cursor"].clone())
+    };
+    // A listed entry with attributes, read without a lookup: attributed to its position.
+    let p = (5..40).find(|&p| order1[p] % 2 == 0).unwrap();
+    let (e, _) = files
+        .iter()
+        .find(|(e, _)| e.name.starts_with(&format!("{p:08}.")))
+        .unwrap();
+    v.read(e.ino, 0, 10).unwrap();
+    assert_eq!(cursor(&v), (1.into(), (p as u64).into()));
+    // One without attributes is recorded by the lookup the kernel then sends.
+    let q = (p + 1..40).find(|&q| order1[q] % 2 == 1).unwrap();
+    let f = path(&v, &format!("rank-0/epoch-1/{q:08}.a.bin")).unwrap();
+    v.read(f.ino, 0, 10).unwrap();
+    assert_eq!(cursor(&v), (1.into(), (q as u64).into()));
 }
 
 #[test]

@@ -843,10 +843,12 @@ fn cached_files_named(dir: &Path, part: &str) -> Vec<PathBuf> {
 
 #[test]
 fn a_listing_keeps_the_page_cache_of_files_already_read() {
-    // Review finding A4 feared that a listing would make the kernel drop the cached pages of
-    // a file it had already read (a READDIRPLUS entry whose size is not known without fetching
-    // goes out with size 0). Listings are plain READDIR now, and this test keeps a listing
-    // harmless: the file's size and pages are what the kernel had.
+    // Review finding A4 feared that a READDIRPLUS entry whose size is not known without
+    // fetching (it goes out with size 0 and a zero TTL) would make the kernel drop the cached
+    // pages of a file it had already read. It does not (Linux 6.18) when the entry is the
+    // name the kernel already holds: the file keeps its size and pages, and this test keeps it
+    // that way. (Through another name of the same sample inode the pages are dropped; see
+    // src/fuse/mod.rs.)
     let dir = fixtures().join("mds/basic");
     let exp = Expected::load(&dir);
     let biggest = exp
