@@ -2,8 +2,7 @@
 //! manifest (`relative/path<TAB>size` per line, as the bench lists a shardfs epoch folder) from
 //! memory, with the kernel options shardfs uses (src/fuse: read-only, noatime, clone_fd, the
 //! same init flags with READDIRPLUS always on, 1-year TTLs, NO_OPEN, `--threads` workers).
-//! Reads return a fixed byte
-//! pattern: no disk, no cache, no lookups beyond a hash map. The bench reads it like shardfs's
+//! Reads return a fixed byte pattern: no disk, no cache, no lookups beyond a hash map. The bench reads it like shardfs's
 //! warm pass; shardfs's rate over this one is its share of the ceiling.
 //!
 //! `bench-null-fuse --manifest FILE --threads N MOUNTPOINT` (runs in the foreground).
