@@ -25,7 +25,7 @@ import time
 HERE = os.path.dirname(os.path.abspath(__file__))
 ACCESS_KEY, SECRET_KEY, BUCKET = "bench", "benchsecret", "bench"
 CLK_TCK = os.sysconf("SC_CLK_TCK")
-ALL_SYSTEMS = ["local", "shardfs", "streaming", "s3fs", "rclone", "mountpoint", "egress"]
+ALL_SYSTEMS = ["local", "shardfs", "streaming", "s3fs", "rclone", "mountpoint", "egress", "jpeg"]
 # Cache limits of the egress comparison, as fractions of the dataset's shard bytes.
 EGRESS_LIMITS = (0.25, 1.0)
 
@@ -290,6 +290,32 @@ def dataset(args, bins):
     plain_keys.sort()
     return {"root": root, "dir": out, "params": params, "generated": gen, "sizes": sizes,
             "mds_keys": mds_keys, "plain_keys": plain_keys}
+
+
+def jpeg_dataset(args, py, layout):
+    """The JPEG dataset next to the main one (BUCKET/jpeg/{plain,mds}), made by jpeg_gen.py
+    unless one with the same parameters is there."""
+    params = {"samples": args.jpeg_samples, "seed": args.seed, "version": 1}
+    out = os.path.join(layout["dir"], "jpeg")
+    marker = os.path.join(args.data_dir, "jpeg-params.json")
+    try:
+        with open(marker) as f:
+            old = json.load(f)
+        if old.get("params") == params:
+            return {"dir": out, "generated": old["generated"]}
+    except (OSError, ValueError, KeyError):
+        pass
+    log(f"generating {args.jpeg_samples} JPEG samples in {out}")
+    shutil.rmtree(out, ignore_errors=True)
+    res = subprocess.run([py, os.path.join(HERE, "jpeg_gen.py"), "--out", out, "--samples",
+                          str(args.jpeg_samples), "--seed", str(args.seed)],
+                         capture_output=True, text=True)
+    if res.returncode != 0:
+        raise BenchError(f"jpeg_gen.py failed: {_last(res.stderr)}")
+    gen = json.loads(res.stdout)
+    with open(marker, "w") as f:
+        json.dump({"params": params, "generated": gen}, f)
+    return {"dir": out, "generated": gen}
 
 
 # ---------------------------------------------------------------- one pass
@@ -597,6 +623,77 @@ class Runner:
                                "requests not counted per epoch"}
                 self._add(row)
 
+    def jpeg(self):
+        """Loading that decodes real JPEGs (Pillow, in a torch DataLoader): local files with the
+        page cache dropped and warm (the decode ceiling), shardfs and StreamingDataset from an
+        empty cache over the emulated link. Shows whether loading or decoding is the limit."""
+        py = os.path.join(self.args.venv, "bin", "python")
+        if not os.path.exists(py):
+            return self.skipped("jpeg", f"no venv at {self.args.venv}")
+        data = self.layout.get("jpeg")
+        if data is None:
+            return self.skipped("jpeg", "the JPEG dataset was not generated")
+        n = data["generated"]["samples"]
+        reader = [py, os.path.join(HERE, "jpeg_reader.py"), "--workers", str(self.args.workers),
+                  "--batch-size", str(self.args.batch_size)]
+
+        def run(system, pass_name, extra_args, serve_pid=None, note=""):
+            before = self._snap(serve_pid)
+            res = subprocess.run(reader + extra_args, capture_output=True, text=True,
+                                 env=dict(self.s3_env(), S3_ENDPOINT_URL=self.server.endpoint))
+            after = self._snap(serve_pid)
+            if res.returncode != 0:
+                raise BenchError(f"{system} {pass_name}: jpeg reader failed: {_last(res.stderr)}")
+            r = json.loads(res.stdout)
+            r["bytes"] = r["payload_bytes"] = r["jpeg_bytes"]
+            row = self._row(system, pass_name, r, before, after, None)
+            row.update(reader_cpu_s=r["cpu_s"], note=note, complete=r["samples"] == n)
+            if serve_pid is not None:
+                row["serve_cpu_s"] = _diff(after["serve_cpu"], before["serve_cpu"])
+                row["serve_peak_rss_mb"] = after["serve_hwm"]
+            if not row["complete"]:
+                self.notes.append(f"CHECK FAILED: {system}: {r['samples']} of {n} samples")
+            log(f"{system:>15} {pass_name:<5} {row['samples_per_s'] or 0:9.0f} samples/s")
+            self.rows.append(row)
+
+        plain = os.path.join(data["dir"], "plain")
+        manifest = os.path.join(self.workdir, "jpeg-local.txt")
+        files = sorted(os.path.join(r, n) for r, _, names in os.walk(plain) for n in names
+                       if n.endswith(".jpg"))
+        random.Random(self.args.seed).shuffle(files)
+        with open(manifest, "w") as f:
+            for path in files:
+                f.write(f"{path}\t{int(os.path.basename(os.path.dirname(path))[6:])}\n")
+        self.prepare("cold", None)
+        run("jpeg local", "cold", ["--manifest", manifest], note="page cache dropped")
+        run("jpeg local", "warm", ["--manifest", manifest], note="page cache: decode ceiling")
+        mnt = os.path.join(self.workdir, "mnt-jpeg")
+        cache = os.path.join(self.workdir, "cache-jpeg")
+        cmd = [self.bins["shardfs"], "mount", f"s3://{BUCKET}/jpeg/mds", mnt,
+               "--endpoint-url", self.server.endpoint, "--cache-dir", cache, "--foreground",
+               "--workers", str(self.args.workers), "--batch-size", str(self.args.batch_size),
+               "--shuffle"] + self.args.shardfs_arg
+        self.prepare("cold", os.path.join(data["dir"], "mds"))
+        p = self.fuse_mount("shardfs", cmd, mnt, env=self.s3_env())
+        try:
+            reset_hwm(p.pid)
+            folder = os.path.join(mnt, "rank-0", "epoch-0")
+            manifest = os.path.join(self.workdir, "jpeg-shardfs.txt")
+            with open(manifest, "w") as f:
+                for paths in sample_list_shardfs(folder)[0]:
+                    jpg = next(x for x in paths if x.endswith(".jpg"))
+                    label = next(x for x in paths if ".label." in x)
+                    f.write(f"{jpg}\t{label}\n")
+            run("jpeg shardfs", "cold", ["--manifest", manifest], serve_pid=p.pid,
+                note="epoch 0, empty cache")
+        finally:
+            self.fuse_done(p, mnt)
+        local = os.path.join(self.workdir, "cache-jpeg-streaming")
+        self.prepare("cold", os.path.join(data["dir"], "mds"))
+        run("jpeg streaming", "cold",
+            ["--remote", f"s3://{BUCKET}/jpeg/mds", "--local", local], note="empty cache")
+        shutil.rmtree(local, ignore_errors=True)
+
     def s3fs(self):
         if not shutil.which("s3fs"):
             return self.skipped("s3fs", "s3fs not installed (apt-get install s3fs)")
@@ -758,6 +855,24 @@ def egress_table(rows):
     return "\n".join(lines)
 
 
+def jpeg_table(rows):
+    """The JPEG-decoding pass against decoding from the page cache (the ceiling)."""
+    by = {(r["system"], r["pass"]): r for r in rows if not r.get("skipped")}
+    ceiling = by.get(("jpeg local", "warm"), {}).get("samples_per_s")
+    lines = ["| loader (decode in a DataLoader) | pass | samples/s | × decode ceiling "
+             "| reader CPU s | serving CPU s | note |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r.get("skipped") or not r["system"].startswith("jpeg "):
+            continue
+        sps = r["samples_per_s"]
+        lines.append(f"| {r['system'][5:]} | {r['pass']} | {fmt(sps, '.0f')} "
+                     f"| {fmt(sps / ceiling if ceiling and sps else None, '.2f')} "
+                     f"| {fmt(r.get('reader_cpu_s'), '.1f')} | {fmt(r.get('serve_cpu_s'), '.1f')} "
+                     f"| {r.get('note', '')}" + ("" if r.get("complete", True)
+                                                  else " **INCOMPLETE**") + " |")
+    return "\n".join(lines)
+
+
 def server_table(curl):
     lines = ["| server | measurement | MB/s | objects/s |", "|---|---|---|---|"]
     for label, rows in curl.items():
@@ -780,7 +895,10 @@ def parse_args(argv):
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--bandwidth-mbps", type=float, default=800.0,
                     help="cap per TCP connection, megabits/s (0 = none)")
-    ap.add_argument("--systems", default="local,shardfs,streaming,s3fs,rclone,mountpoint,egress")
+    ap.add_argument("--systems",
+                    default="local,shardfs,streaming,s3fs,rclone,mountpoint,egress,jpeg")
+    ap.add_argument("--jpeg-samples", type=int, default=4000,
+                    help="images in the JPEG-decoding pass's dataset (system `jpeg`)")
     ap.add_argument("--data-dir", default=os.path.expanduser("~/.cache/shardfs-bench/data"))
     ap.add_argument("--venv", default=os.path.expanduser("~/.cache/shardfs-bench/venv"))
     ap.add_argument("--out-dir", default=os.path.join(HERE, "out"))
@@ -826,6 +944,10 @@ def main(argv):
             ok = all(m["rc"] == 0 for m in result["micro"].values())
             return 0 if ok else 1
         layout = dataset(args, bins)
+        venv_python = os.path.join(args.venv, "bin", "python")
+        if "jpeg" in systems and os.path.exists(venv_python):
+            # Before the servers start: they list their files once, at start.
+            layout["jpeg"] = jpeg_dataset(args, venv_python, layout)
         result["dataset"] = {"params": layout["params"], "generated": layout["generated"]}
         raw = Server(procs, bins["server"], layout["root"], 0, 0, workdir, "server-raw")
         link = Server(procs, bins["server"], layout["root"], args.latency_ms,
@@ -863,6 +985,8 @@ def main(argv):
         print(text)
         if any(r["system"].startswith("shardfs ") for r in runner.rows):
             print("\n" + egress_table(runner.rows) + "\n")
+        if any(r["system"].startswith("jpeg ") for r in runner.rows):
+            print("\n" + jpeg_table(runner.rows) + "\n")
         for n in runner.notes:
             print(f"\nnote: {n}")
         if args.micro:
