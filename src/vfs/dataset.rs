@@ -274,16 +274,6 @@ impl SampleSource for MdsDataset {
         })
     }
 
-    fn file_size_now(&self, sample: u64, column: u32) -> Option<u64> {
-        if !self.resident(sample) {
-            return None;
-        }
-        self.with_column(sample, column, false, |enc, raw| {
-            mds::rendered_len(enc, raw)
-        })
-        .ok()
-    }
-
     fn read(&self, sample: u64, column: u32, offset: u64, size: u32) -> Result<Bytes, SourceError> {
         self.with_column(sample, column, false, |enc, raw| {
             mds::render_range(enc, raw, offset, size as usize)

@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime};
 use super::error::VfsError;
 use super::inode::{ColumnNo, Epoch, Fixed, Ino, LocalRank, Node, Position, SampleId, MAX_EPOCHS};
 use super::names::{file_name, parse_epoch_dir, parse_file_name, parse_rank_dir, width_for};
-use super::recent::RecentNames;
+use super::recent::{KnownSizes, RecentNames};
 use super::source::{SampleSource, SourceError};
 use super::status::ErrorLog;
 use crate::readahead::{RankOrder, Readahead};
@@ -80,6 +80,8 @@ pub struct Vfs {
     /// The rank folder position each sample was last opened through (reads of a sample
     /// inode do not say it).
     recent: RecentNames,
+    /// Column file sizes computed so far (listings give them without reading shards).
+    sizes: KnownSizes,
 }
 
 const FIRST_FILE_OFFSET: u64 = 3;
@@ -111,6 +113,7 @@ impl Vfs {
             status_snapshot: std::sync::Mutex::new((Bytes::new(), SystemTime::UNIX_EPOCH)),
             read_latency: LatencyHistogram::default(),
             recent: RecentNames::default(),
+            sizes: KnownSizes::default(),
         }
     }
 
@@ -258,20 +261,24 @@ impl Vfs {
     }
 
     fn sized(&self, ino: Ino, sample: u64, col: ColumnNo) -> Result<Attr, VfsError> {
+        if let Some(size) = self.sizes.get(sample, col) {
+            return Ok(self.file_attr(ino, size));
+        }
         match self.source.file_size(sample, col.0) {
-            Ok(size) => Ok(self.file_attr(ino, size)),
+            Ok(size) => {
+                self.sizes.record(sample, col, size);
+                Ok(self.file_attr(ino, size))
+            }
             Err(e) => Err(self.source_failed(e)),
         }
     }
 
-    /// Attributes of `ino` when they are known without waiting for the store (for
-    /// READDIRPLUS, which must not fetch a whole folder's shards).
+    /// Attributes of `ino` when they are known without reading a shard (for READDIRPLUS,
+    /// which must neither fetch nor read a whole folder's shards): a sample file's size once
+    /// it has been computed in this mount.
     pub fn attr_now(&self, ino: Ino) -> Option<Attr> {
         match Node::from_ino(ino)? {
-            Node::SampleFile(s, c) => self
-                .source
-                .file_size_now(s.0, c.0)
-                .map(|size| self.file_attr(ino, size)),
+            Node::SampleFile(s, c) => self.sizes.get(s.0, c).map(|size| self.file_attr(ino, size)),
             _ => self.getattr(ino).ok(),
         }
     }

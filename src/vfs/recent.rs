@@ -1,23 +1,25 @@
-//! Which rank folder position a sample file was last opened through.
+//! What the tree remembers about sample files it named recently, in bounded memory.
 //!
 //! A sample file is one inode wherever it appears (every `rank-R/epoch-E` folder and
-//! `samples/`), so the kernel's page cache serves it again without asking us. A read therefore
-//! says *which sample* but not *which position of which rank*, and the readahead cursor is
-//! driven by positions. The lookup of a name in a rank folder does say it; this map remembers
-//! it, so the read that follows the open can be attributed.
+//! `samples/`), so the kernel's page cache serves it again without asking us. Two facts about
+//! recently named samples make that work well:
+//! - [`RecentNames`]: the rank folder position a sample was last opened through. A read of the
+//!   shared inode says *which sample* but not *which position of which rank*, and the readahead
+//!   cursor is driven by positions; the lookup (or listed entry) that preceded it does say.
+//! - [`KnownSizes`]: each column file's exact size once computed. A listing (READDIRPLUS) can
+//!   then give real attributes without reading shards, so the kernel opens the files without a
+//!   lookup each, and never applies a placeholder size to an inode whose pages it holds (which
+//!   would drop them).
 //!
-//! Bounded: entries live in two generations per shard; when the current one is full it
-//! becomes the previous one and the oldest generation is dropped. Memory stays under
-//! [`RecentNames::CAPACITY`] entries (~20 bytes each) however long the mount lives, and a
-//! sample opened within the last `CAPACITY / 2` lookups is always found.
+//! Both are [`BoundedMap`]s: entries live in two generations per shard; when the current one is
+//! full it becomes the previous one and the oldest generation is dropped. Memory stays under the
+//! map's capacity however long the mount lives, and an entry written within the last
+//! `capacity / 2` writes to its shard is always found.
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Mutex, MutexGuard};
 
-use super::inode::{Epoch, LocalRank, Position};
-
-/// Where a sample was opened: rank, epoch and position.
-pub type NamedAt = (LocalRank, Epoch, Position);
+use super::inode::{ColumnNo, Epoch, LocalRank, Position};
 
 const SHARDS: usize = 16;
 
@@ -27,16 +29,54 @@ struct Generations {
     previous: HashMap<u64, u64>,
 }
 
-/// Sample id → the rank folder position it was last looked up at.
-pub struct RecentNames {
+/// A `u64 → u64` map holding at most `capacity` entries; the oldest go first.
+pub struct BoundedMap {
     shards: [Mutex<Generations>; SHARDS],
+    per_generation: usize,
 }
+
+impl BoundedMap {
+    /// A map of at most `capacity` entries (rounded to a multiple of 32).
+    pub fn new(capacity: usize) -> Self {
+        Self {
+            shards: std::array::from_fn(|_| Mutex::new(Generations::default())),
+            per_generation: (capacity / SHARDS / 2).max(1),
+        }
+    }
+
+    fn shard(&self, key: u64) -> MutexGuard<'_, Generations> {
+        let m = &self.shards[(key % SHARDS as u64) as usize];
+        m.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Sets `key` to `value`.
+    pub fn insert(&self, key: u64, value: u64) {
+        let mut g = self.shard(key);
+        if g.current.len() >= self.per_generation && !g.current.contains_key(&key) {
+            g.previous = std::mem::take(&mut g.current);
+        }
+        g.current.insert(key, value);
+    }
+
+    /// The value of `key`, if it is still held.
+    pub fn get(&self, key: u64) -> Option<u64> {
+        let g = self.shard(key);
+        g.current
+            .get(&key)
+            .or_else(|| g.previous.get(&key))
+            .copied()
+    }
+}
+
+/// Where a sample was opened: rank, epoch and position.
+pub type NamedAt = (LocalRank, Epoch, Position);
+
+/// Sample id → the rank folder position it was last looked up or listed at.
+pub struct RecentNames(BoundedMap);
 
 impl Default for RecentNames {
     fn default() -> Self {
-        Self {
-            shards: std::array::from_fn(|_| Mutex::new(Generations::default())),
-        }
+        Self(BoundedMap::new(Self::CAPACITY))
     }
 }
 
@@ -45,48 +85,60 @@ impl Default for RecentNames {
 const POS_SHIFT: u32 = 20;
 const EPOCH_SHIFT: u32 = 8;
 
-fn pack((r, e, p): NamedAt) -> Option<u64> {
-    (r.0 < 1 << 8 && e.0 < 1 << 12 && p.0 < 1 << 32)
-        .then(|| (p.0 << POS_SHIFT) | (e.0 << EPOCH_SHIFT) | u64::from(r.0))
-}
-
-fn unpack(v: u64) -> NamedAt {
-    (
-        LocalRank((v & 0xff) as u32),
-        Epoch((v >> EPOCH_SHIFT) & 0xfff),
-        Position(v >> POS_SHIFT),
-    )
-}
-
 impl RecentNames {
-    /// Entries kept at most (both generations of all shards).
+    /// Samples remembered at most (~20 bytes each).
     pub const CAPACITY: usize = 1 << 18;
 
-    fn shard(&self, sample: u64) -> std::sync::MutexGuard<'_, Generations> {
-        let i = (sample % SHARDS as u64) as usize;
-        let m = &self.shards[i];
-        m.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Records that `sample` was just looked up at `at`.
-    pub fn record(&self, sample: u64, at: NamedAt) {
-        let Some(v) = pack(at) else {
-            return;
-        };
-        let mut g = self.shard(sample);
-        if g.current.len() >= Self::CAPACITY / SHARDS / 2 {
-            g.previous = std::mem::take(&mut g.current);
+    /// Records that `sample` was just looked up or listed at `at`.
+    pub fn record(&self, sample: u64, (r, e, p): NamedAt) {
+        if r.0 < 1 << 8 && e.0 < 1 << 12 && p.0 < 1 << 32 {
+            self.0.insert(
+                sample,
+                (p.0 << POS_SHIFT) | (e.0 << EPOCH_SHIFT) | u64::from(r.0),
+            );
         }
-        g.current.insert(sample, v);
     }
 
-    /// Where `sample` was last looked up, if recently.
+    /// Where `sample` was last looked up or listed, if recently.
     pub fn find(&self, sample: u64) -> Option<NamedAt> {
-        let g = self.shard(sample);
-        g.current
-            .get(&sample)
-            .or_else(|| g.previous.get(&sample))
-            .map(|&v| unpack(v))
+        self.0.get(sample).map(|v| {
+            (
+                LocalRank((v & 0xff) as u32),
+                Epoch((v >> EPOCH_SHIFT) & 0xfff),
+                Position(v >> POS_SHIFT),
+            )
+        })
+    }
+}
+
+/// (sample id, column) → the column file's exact size, once computed.
+pub struct KnownSizes(BoundedMap);
+
+impl Default for KnownSizes {
+    fn default() -> Self {
+        Self(BoundedMap::new(Self::CAPACITY))
+    }
+}
+
+impl KnownSizes {
+    /// Files remembered at most (~20 bytes each): a listing of that many files after they
+    /// were first sized needs no shard reads.
+    pub const CAPACITY: usize = 1 << 20;
+
+    fn key(sample: u64, col: ColumnNo) -> Option<u64> {
+        (sample < 1 << 40 && col.0 < 1 << 8).then(|| (sample << 8) | u64::from(col.0))
+    }
+
+    /// Records the size of a column file.
+    pub fn record(&self, sample: u64, col: ColumnNo, size: u64) {
+        if let Some(k) = Self::key(sample, col) {
+            self.0.insert(k, size);
+        }
+    }
+
+    /// The size of a column file, if known.
+    pub fn get(&self, sample: u64, col: ColumnNo) -> Option<u64> {
+        Self::key(sample, col).and_then(|k| self.0.get(k))
     }
 }
 
@@ -111,7 +163,27 @@ mod tests {
             names.record(7 + i * SHARDS as u64, at(0, 0, i));
         }
         assert_eq!(names.find(7), None);
-        let g = names.shard(7);
+        let g = names.0.shard(7);
         assert!(g.current.len() + g.previous.len() <= per_shard as usize);
+    }
+
+    #[test]
+    fn sizes_are_kept_per_column_and_rewriting_a_key_does_not_rotate() {
+        let sizes = KnownSizes::default();
+        sizes.record(5, ColumnNo(0), 110_000);
+        sizes.record(5, ColumnNo(1), 3);
+        sizes.record(1 << 40, ColumnNo(0), 1); // beyond inode widths: not kept
+        assert_eq!(sizes.get(5, ColumnNo(0)), Some(110_000));
+        assert_eq!(sizes.get(5, ColumnNo(1)), Some(3));
+        assert_eq!(sizes.get(5, ColumnNo(2)), None);
+        assert_eq!(sizes.get(1 << 40, ColumnNo(0)), None);
+        // A small map: writing the same keys again and again keeps them all.
+        let m = BoundedMap::new(64);
+        for round in 0..10 {
+            for k in 0..32u64 {
+                m.insert(k, round);
+            }
+        }
+        assert!((0..32u64).all(|k| m.get(k) == Some(9)));
     }
 }

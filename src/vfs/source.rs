@@ -50,8 +50,6 @@ pub trait SampleSource: ShardSource {
     fn columns(&self, sample: u64) -> Option<&[ColumnFile]>;
     /// Exact size of the column file (may fetch the shard or its header).
     fn file_size(&self, sample: u64, column: u32) -> Result<u64, SourceError>;
-    /// The size when it is known without waiting for the store, else `None`.
-    fn file_size_now(&self, sample: u64, column: u32) -> Option<u64>;
     /// Up to `size` bytes of the column file from `offset` (a view of the cached sample's
     /// bytes where the file is stored as is: no copy).
     fn read(&self, sample: u64, column: u32, offset: u64, size: u32) -> Result<Bytes, SourceError>;

@@ -47,12 +47,6 @@ impl SampleSource for Memory {
         self.read(sample, column, 0, u32::MAX)
             .map(|b| b.len() as u64)
     }
-    /// Known without waiting for even samples only (odd ones "not local yet").
-    fn file_size_now(&self, sample: u64, column: u32) -> Option<u64> {
-        self.file_size(sample, column)
-            .ok()
-            .filter(|_| sample % 2 == 0)
-    }
     fn read(
         &self,
         sample: u64,
@@ -341,9 +335,18 @@ fn a_sample_is_one_inode_in_every_epoch_and_reads_follow_the_name_opened() {
 
 #[test]
 fn a_listing_with_attributes_records_where_its_samples_are_opened() {
-    // READDIRPLUS: entries whose size is known come with attributes, and the kernel opens
-    // them without a lookup; their reads must still move the rank's cursor.
+    // READDIRPLUS: entries whose size was computed before come with attributes (no shard
+    // read), and the kernel opens them without a lookup; their reads must still move the
+    // rank's cursor. The others come without, and the kernel looks them up when opened.
     let v = vfs(40, vec![0], 1, None);
+    // Size the files of the even samples (through samples/: no rank position involved).
+    let samples = path(&v, "samples").unwrap();
+    for e in list(&v, samples.ino, 1000).iter().skip(2) {
+        let id: u64 = e.name[..e.name.find('.').unwrap()].parse().unwrap();
+        if id % 2 == 0 {
+            v.lookup(samples.ino, &e.name).unwrap();
+        }
+    }
     let dir = path(&v, "rank-0/epoch-1").unwrap();
     let mut entries = Vec::new();
     v.readdir_plus(dir.ino, 0, |e, a| {
