@@ -91,6 +91,7 @@ const FIRST_FILE_OFFSET: u64 = 3;
 fn position_of_offset(next_offset: u64) -> u64 {
     next_offset.saturating_sub(FIRST_FILE_OFFSET) >> 8
 }
+
 /// `status.json` sizes are multiples of this.
 const STATUS_PAD: usize = 4096;
 
@@ -283,8 +284,8 @@ impl Vfs {
         }
     }
 
-    /// [`Vfs::readdir`] with each entry's attributes where they are known without waiting
-    /// for the store (READDIRPLUS). The kernel opens such an entry without a lookup, so a
+    /// [`Vfs::readdir`] with each entry's attributes where they are known without reading a
+    /// shard ([`Vfs::attr_now`]; READDIRPLUS). The kernel opens such an entry without a lookup, so a
     /// rank folder's entry with attributes is recorded as where its sample is opened.
     pub fn readdir_plus(
         &self,
