@@ -12,11 +12,11 @@
 //! READDIR after the first page): a later epoch that the page cache holds is then opened without
 //! one LOOKUP round trip per file (measured: 40,000 files of a cached epoch read in 0.9 s instead
 //! of 2.1 s). Attributes go out for files whose size was computed earlier in this mount (the vfs
-//! remembers the last 2^20 sizes; a listing never reads shards); other entries get a placeholder
-//! and a zero TTL, so the kernel looks them up when they are opened. A sample is one inode under
-//! every name, and on Linux 6.18 a placeholder applied to an inode the kernel holds drops its
-//! cached pages; an inode the kernel holds was sized when it was looked up, so this happens only
-//! once more than 2^20 files have been sized since.
+//! remembers the last 2^19 to 2^20 sizes; a listing never reads shards); other entries get a
+//! placeholder and a zero TTL, so the kernel looks them up when they are opened. A sample is one
+//! inode under every name, and on Linux 6.18 a placeholder applied to an inode the kernel holds
+//! drops its cached pages; an inode the kernel holds was sized when it was looked up, so this
+//! happens only once its size has left the map (after about 2^19 more files were sized).
 //!
 //! `status.json` is the one file whose content changes: it has a zero TTL and a fresh mtime on every `getattr`, and
 //! `FUSE_AUTO_INVAL_DATA` makes the kernel drop its cached pages when the mtime moves.

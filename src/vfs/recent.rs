@@ -11,15 +11,19 @@
 //!   lookup each, and never applies a placeholder size to an inode whose pages it holds (which
 //!   would drop them).
 //!
-//! Both are [`BoundedMap`]s: entries live in two generations per shard; when the current one is
-//! full it becomes the previous one and the oldest generation is dropped. Memory stays under the
-//! map's capacity however long the mount lives, and an entry written within the last
-//! `capacity / 2` writes to its shard is always found.
+//! Both are [`BoundedMap`]s: entries live in two generations in each of 16 shards; when a
+//! shard's current generation is full it becomes the previous one and the oldest is dropped.
+//! Memory stays under the map's capacity however long the mount lives; an entry survives at
+//! least `capacity / 32` later writes to its shard (about `capacity / 2` writes in all, spread
+//! evenly) and at most `capacity / 16`.
 
 use std::collections::HashMap;
 use std::sync::{Mutex, MutexGuard};
 
-use super::inode::{ColumnNo, Epoch, LocalRank, Position};
+use super::inode::{
+    ColumnNo, Epoch, LocalRank, Position, MAX_COLUMNS, MAX_EPOCHS, MAX_LOCAL_RANKS, MAX_POSITIONS,
+    MAX_SAMPLES,
+};
 
 const SHARDS: usize = 16;
 
@@ -91,7 +95,7 @@ impl RecentNames {
 
     /// Records that `sample` was just looked up or listed at `at`.
     pub fn record(&self, sample: u64, (r, e, p): NamedAt) {
-        if r.0 < 1 << 8 && e.0 < 1 << 12 && p.0 < 1 << 32 {
+        if r.0 < MAX_LOCAL_RANKS && e.0 < MAX_EPOCHS && p.0 < MAX_POSITIONS {
             self.0.insert(
                 sample,
                 (p.0 << POS_SHIFT) | (e.0 << EPOCH_SHIFT) | u64::from(r.0),
@@ -121,12 +125,11 @@ impl Default for KnownSizes {
 }
 
 impl KnownSizes {
-    /// Files remembered at most (~20 bytes each): a listing of that many files after they
-    /// were first sized needs no shard reads.
+    /// Files remembered at most (~20 bytes each); about half as many are always kept.
     pub const CAPACITY: usize = 1 << 20;
 
     fn key(sample: u64, col: ColumnNo) -> Option<u64> {
-        (sample < 1 << 40 && col.0 < 1 << 8).then(|| (sample << 8) | u64::from(col.0))
+        (sample < MAX_SAMPLES && col.0 < MAX_COLUMNS).then(|| (sample << 8) | u64::from(col.0))
     }
 
     /// Records the size of a column file.
