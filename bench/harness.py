@@ -247,22 +247,30 @@ def shardfs_connections(shardfs_args):
 
 # ---------------------------------------------------------------- dataset
 
+def generated_once(marker, params, generate):
+    """What `generate()` reported when it last ran with these `params` (kept in `marker`);
+    runs it (and records the result) when the parameters differ or nothing is recorded."""
+    try:
+        with open(marker) as f:
+            old = json.load(f)
+        if old.get("params") == params:
+            return old["generated"]
+    except (OSError, ValueError, KeyError):
+        pass
+    gen = generate()
+    with open(marker, "w") as f:
+        json.dump({"params": params, "generated": gen}, f)
+    return gen
+
+
 def dataset(args, bins):
     """Generates the dataset unless one with the same parameters is there; returns its layout."""
     params = {"samples": args.samples, "mean_bytes": args.mean_bytes, "seed": args.seed,
               "classes": args.classes, "shard_bytes": args.shard_bytes, "version": 1}
     root = os.path.join(args.data_dir, "s3root")
     out = os.path.join(root, BUCKET)
-    marker = os.path.join(args.data_dir, "params.json")
-    gen = None
-    try:
-        with open(marker) as f:
-            old = json.load(f)
-        if old.get("params") == params:
-            gen = old["generated"]
-    except (OSError, ValueError, KeyError):
-        pass
-    if gen is None:
+
+    def generate():
         log(f"generating {args.samples} samples of ~{args.mean_bytes} bytes in {out}")
         os.makedirs(out, exist_ok=True)
         t0 = time.perf_counter()
@@ -275,10 +283,10 @@ def dataset(args, bins):
             raise BenchError(f"bench-gen failed: {res.stderr.strip()}")
         gen = json.loads(res.stdout)
         gen["seconds"] = time.perf_counter() - t0
-        with open(marker, "w") as f:
-            json.dump({"params": params, "generated": gen}, f)
-    else:
-        log(f"reusing the dataset in {out}")
+        return gen
+
+    gen = generated_once(os.path.join(args.data_dir, "params.json"), params, generate)
+    log(f"dataset in {out}")
     sizes, mds_keys, plain_keys = {}, [], []
     for sub, keys in (("mds", mds_keys), ("plain", plain_keys)):
         for r, _, files in os.walk(os.path.join(out, sub)):
@@ -297,24 +305,18 @@ def jpeg_dataset(args, py, layout):
     unless one with the same parameters is there."""
     params = {"samples": args.jpeg_samples, "seed": args.seed, "version": 1}
     out = os.path.join(layout["dir"], "jpeg")
-    marker = os.path.join(args.data_dir, "jpeg-params.json")
-    try:
-        with open(marker) as f:
-            old = json.load(f)
-        if old.get("params") == params:
-            return {"dir": out, "generated": old["generated"]}
-    except (OSError, ValueError, KeyError):
-        pass
-    log(f"generating {args.jpeg_samples} JPEG samples in {out}")
-    shutil.rmtree(out, ignore_errors=True)
-    res = subprocess.run([py, os.path.join(HERE, "jpeg_gen.py"), "--out", out, "--samples",
-                          str(args.jpeg_samples), "--seed", str(args.seed)],
-                         capture_output=True, text=True)
-    if res.returncode != 0:
-        raise BenchError(f"jpeg_gen.py failed: {_last(res.stderr)}")
-    gen = json.loads(res.stdout)
-    with open(marker, "w") as f:
-        json.dump({"params": params, "generated": gen}, f)
+
+    def generate():
+        log(f"generating {args.jpeg_samples} JPEG samples in {out}")
+        shutil.rmtree(out, ignore_errors=True)
+        res = subprocess.run([py, os.path.join(HERE, "jpeg_gen.py"), "--out", out, "--samples",
+                              str(args.jpeg_samples), "--seed", str(args.seed)],
+                             capture_output=True, text=True)
+        if res.returncode != 0:
+            raise BenchError(f"jpeg_gen.py failed: {_last(res.stderr)}")
+        return json.loads(res.stdout)
+
+    gen = generated_once(os.path.join(args.data_dir, "jpeg-params.json"), params, generate)
     return {"dir": out, "generated": gen}
 
 
@@ -385,11 +387,16 @@ class Runner:
         r = json.loads(res.stdout)
         row = self._row(system, pass_name, r, before, after, list_s)
         row["reader_cpu_s"] = r["cpu_s"]
+        self._serving(row, before, after, serve_pid)
+        row.update(extra or {})
+        return self._add(row)
+
+    @staticmethod
+    def _serving(row, before, after, serve_pid):
+        """Adds the serving process's CPU seconds and peak RSS over the pass, if there is one."""
         if serve_pid is not None:
             row["serve_cpu_s"] = _diff(after["serve_cpu"], before["serve_cpu"])
             row["serve_peak_rss_mb"] = after["serve_hwm"]
-        row.update(extra or {})
-        return self._add(row)
 
     def _snap(self, serve_pid):
         snap = {"server": self.server.stats(), "server_cpu": self.server.cpu_s()}
@@ -648,9 +655,7 @@ class Runner:
             r["bytes"] = r["payload_bytes"] = r["jpeg_bytes"]
             row = self._row(system, pass_name, r, before, after, None)
             row.update(reader_cpu_s=r["cpu_s"], note=note, complete=r["samples"] == n)
-            if serve_pid is not None:
-                row["serve_cpu_s"] = _diff(after["serve_cpu"], before["serve_cpu"])
-                row["serve_peak_rss_mb"] = after["serve_hwm"]
+            self._serving(row, before, after, serve_pid)
             if not row["complete"]:
                 self.notes.append(f"CHECK FAILED: {system}: {r['samples']} of {n} samples")
             log(f"{system:>15} {pass_name:<5} {row['samples_per_s'] or 0:9.0f} samples/s")

@@ -68,6 +68,8 @@ def main():
     else:
         from streaming import StreamingDataset
 
+        from sd_reader import drop_index_clients  # this folder is on sys.path (the script's)
+
         class Decoded(StreamingDataset):
             def __getitem__(self, i):
                 s = super().__getitem__(i)
@@ -75,11 +77,7 @@ def main():
 
         ds = Decoded(remote=args.remote, local=args.local, shuffle=True,
                      batch_size=args.batch_size)
-        # See sd_reader.py: forked workers must not share the index download's connection.
-        for stream in getattr(ds, "streams", []):
-            downloader = getattr(stream, "_downloader", None)
-            if downloader is not None and hasattr(downloader, "clean_up"):
-                downloader.clean_up()
+        drop_index_clients(ds)
     loader = DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers,
                         shuffle=False)
     samples = nbytes = 0

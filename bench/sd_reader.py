@@ -27,6 +27,21 @@ def server_bytes(url):
         return json.load(r)["body_bytes"]
 
 
+def drop_index_clients(ds):
+    """Makes a StreamingDataset safe to fork into DataLoader workers.
+
+    StreamingDataset 0.13 keeps the boto3 client that fetched index.json, with its pooled
+    keep-alive connection, and DataLoader workers fork with it: several processes then share
+    one TCP connection and responses interleave (seen here as shards with missing and foreign
+    4-16 KiB runs; over HTTPS the TLS errors make it retry). Dropping the client before forking
+    makes each worker open its own connections.
+    """
+    for stream in getattr(ds, "streams", []):
+        downloader = getattr(stream, "_downloader", None)
+        if downloader is not None and hasattr(downloader, "clean_up"):
+            downloader.clean_up()
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--remote", required=True)
@@ -48,15 +63,7 @@ def main():
     ds = StreamingDataset(remote=args.remote, local=args.local, shuffle=True,
                           batch_size=args.batch_size, cache_limit=args.cache_limit,
                           shuffle_block_size=args.shuffle_block_size)
-    # StreamingDataset 0.13 keeps the boto3 client that fetched index.json, with its pooled
-    # keep-alive connection, and DataLoader workers fork with it: several processes then share
-    # one TCP connection and responses interleave (seen here as shards with missing and
-    # foreign 4-16 KiB runs; over HTTPS the TLS errors make it retry). Drop the client before
-    # forking so each worker opens its own connections.
-    for stream in getattr(ds, "streams", []):
-        downloader = getattr(stream, "_downloader", None)
-        if downloader is not None and hasattr(downloader, "clean_up"):
-            downloader.clean_up()
+    drop_index_clients(ds)
     loader = DataLoader(ds, batch_size=args.batch_size, num_workers=args.workers,
                         persistent_workers=False)
     for epoch in range(args.epochs):
