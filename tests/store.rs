@@ -757,3 +757,92 @@ mod cli {
         );
     }
 }
+
+/// A loopback HTTP server whose connections misbehave in turn: the first never answers, the
+/// second sends the headers and a few body bytes and then goes silent, later ones answer
+/// `body` whole. Returns its endpoint and the number of requests it has seen.
+fn stalling_server(body: &'static [u8]) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+    use std::io::{BufRead, BufReader, Write};
+    use std::sync::atomic::Ordering;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let endpoint = format!("http://{}", listener.local_addr().unwrap());
+    let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = seen.clone();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { return };
+            let counter = counter.clone();
+            std::thread::spawn(move || {
+                let mut reader = BufReader::new(conn.try_clone().unwrap());
+                loop {
+                    let mut line = String::new();
+                    // The request head (a GET has no body).
+                    loop {
+                        line.clear();
+                        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+                            return;
+                        }
+                        if line == "\r\n" {
+                            break;
+                        }
+                    }
+                    let n = counter.fetch_add(1, Ordering::SeqCst);
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nETag: \"0123\"\r\n\
+                         Last-Modified: Wed, 25 Nov 2026 00:00:00 GMT\r\n\r\n",
+                        body.len()
+                    );
+                    match n {
+                        0 => std::thread::sleep(std::time::Duration::from_secs(3600)),
+                        1 => {
+                            let _ = conn.write_all(head.as_bytes());
+                            let _ = conn.write_all(&body[..4]);
+                            std::thread::sleep(std::time::Duration::from_secs(3600));
+                        }
+                        _ => {
+                            let _ = conn.write_all(head.as_bytes());
+                            let _ = conn.write_all(body);
+                        }
+                    }
+                }
+            });
+        }
+    });
+    (endpoint, seen)
+}
+
+/// A connection that goes silent (before the answer, or in the middle of the body) is given up
+/// after `stall_timeout` and the request retried, long before the per-request timeout.
+#[test]
+fn stalled_connections_are_abandoned_and_retried() {
+    const BODY: &[u8] = b"the bytes of a shard, served on the third try";
+    let (endpoint, seen) = stalling_server(BODY);
+    let opts = StoreOptions {
+        // Without the stall timeout the first attempt would wait for an hour.
+        request_timeout: std::time::Duration::from_secs(3600),
+        stall_timeout: std::time::Duration::from_millis(300),
+        ..fast_retries(3)
+    };
+    let s = store::open("s3://bucket/data", &s3_options_with(&endpoint, opts)).unwrap();
+    let s = blocking(s);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(s.get(&key("shard.00000.mds")).map(|b| b.to_vec()));
+    });
+    let got = rx
+        .recv_timeout(std::time::Duration::from_secs(60))
+        .expect("a stalled GET was not abandoned");
+    assert_eq!(got.unwrap(), BODY);
+    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 3);
+}
+
+/// `opts` with the loopback S3 endpoint and the test credentials of [`s3_options`].
+fn s3_options_with(endpoint: &str, opts: StoreOptions) -> StoreOptions {
+    let base = s3_options(endpoint);
+    StoreOptions {
+        endpoint_url: base.endpoint_url,
+        region: base.region,
+        credentials: base.credentials,
+        ..opts
+    }
+}

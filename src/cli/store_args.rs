@@ -4,7 +4,7 @@
 use crate::store::StoreOptions;
 
 /// How to reach the object store holding SOURCE.
-#[derive(Debug, Clone, Default, clap::Args)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct StoreArgs {
     /// Endpoint of the store. s3://: an S3-compatible server, e.g. http://127.0.0.1:9000
     /// (default: AWS_ENDPOINT_URL_S3, AWS_ENDPOINT_URL, S3_ENDPOINT_URL, else AWS; path-style
@@ -19,6 +19,18 @@ pub struct StoreArgs {
     /// Send unsigned requests (public buckets); no credentials are looked up.
     #[arg(long)]
     pub no_sign_request: bool,
+    /// Seconds a connection may stay silent (no response, no body bytes) before the request is
+    /// abandoned as stalled and retried.
+    #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = parse_seconds)]
+    pub stall_timeout: f64,
+}
+
+/// Parses a positive number of seconds (fractions allowed).
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(v),
+        _ => Err(format!("{s:?} is not a number of seconds between 0 and 86400")),
+    }
 }
 
 impl StoreArgs {
@@ -28,6 +40,7 @@ impl StoreArgs {
             endpoint_url: self.endpoint_url.clone(),
             region: self.region.clone(),
             no_sign_request: self.no_sign_request,
+            stall_timeout: std::time::Duration::from_secs_f64(self.stall_timeout),
             ..StoreOptions::default()
         }
     }

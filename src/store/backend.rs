@@ -59,6 +59,7 @@ impl ObjectStoreBackend {
             ClientOptions::new()
                 .with_timeout(opts.request_timeout)
                 .with_connect_timeout(opts.connect_timeout)
+                .with_read_timeout(opts.stall_timeout)
                 .with_allow_http(allow_http)
         };
         let inner: Arc<dyn ObjectStore> = match &source.kind {

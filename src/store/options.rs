@@ -20,6 +20,10 @@ pub struct StoreOptions {
     pub request_timeout: Duration,
     /// Time allowed to establish a connection.
     pub connect_timeout: Duration,
+    /// Longest silence of a connection (no response headers, no body bytes) before the attempt
+    /// is abandoned as stalled and retried; shorter than `request_timeout`, so one stuck
+    /// connection costs seconds, not minutes.
+    pub stall_timeout: Duration,
     /// Retries after the first attempt for retryable failures.
     pub max_retries: u32,
     /// First backoff; doubled each retry, with full jitter.
@@ -42,6 +46,7 @@ impl Default for StoreOptions {
             credentials: None,
             request_timeout: Duration::from_secs(120),
             connect_timeout: Duration::from_secs(10),
+            stall_timeout: Duration::from_secs(10),
             max_retries: 8,
             initial_backoff: Duration::from_millis(100),
             max_backoff: Duration::from_secs(10),
