@@ -40,8 +40,9 @@ def _fields(key, etag, size):
 
 
 def bench_etag(st):
-    """The ETag the bench S3 server sends by default: `SIZE-MTIME_NS` in hex (s3_server/bucket.rs)."""
-    return f"{st.st_size:x}-{st.st_mtime_ns:x}"
+    """The ETag the bench S3 server sends by default, `SIZE.MTIME_NS` in hex (s3_server/bucket.rs),
+    quoted as in the header: Mountpoint sends it back as `If-Match` exactly as the manifest has it."""
+    return f'"{st.st_size:x}.{st.st_mtime_ns:x}"'
 
 
 def write_manifest(top, path):

@@ -40,7 +40,8 @@ struct Entry {
 /// What ETags the server sends (`--etags`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum EtagMode {
-    /// `SIZE-MTIME` in hex: cheap, and (like a multipart or SSE-KMS ETag) not an MD5.
+    /// `SIZE.MTIME` in hex: cheap, and (like an SSE-KMS ETag) not an MD5. No dash: clients
+    /// that parse `…-N` as a multipart ETag (the AWS CRT under Mountpoint) refuse other dashes.
     Opaque,
     /// The MD5 of the object, as S3 gives a single-part upload without SSE-KMS.
     Md5,
@@ -232,7 +233,8 @@ impl ListPage {
     }
 }
 
-/// Size and mtime, not an MD5: clients that verify MD5 ETags (rclone) skip ones with a dash.
+/// Size and mtime, not an MD5: clients that verify MD5 ETags (rclone, shardfs) see it is not
+/// 32 hex digits and skip it.
 fn etag(e: &Entry) -> s3s::dto::ETag {
     if let Some(t) = &e.etag {
         return s3s::dto::ETag::Strong(t.to_string());
@@ -242,7 +244,7 @@ fn etag(e: &Entry) -> s3s::dto::ETag {
         .duration_since(SystemTime::UNIX_EPOCH)
         .unwrap_or(Duration::ZERO)
         .as_nanos();
-    s3s::dto::ETag::Strong(format!("{:x}-{:x}", e.size, nanos))
+    s3s::dto::ETag::Strong(format!("{:x}.{:x}", e.size, nanos))
 }
 
 /// A body that reads `range` of `path` in `CHUNK`-sized preads on the blocking pool.
