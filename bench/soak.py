@@ -124,7 +124,12 @@ def main():
     ap.add_argument("--part-bytes", type=int, default=None,
                     help="the mount's --fetch-part-size (default: a quarter of --shard-bytes, "
                          "so shards come as parallel ranged parts, as 64 MiB shards do)")
-    ap.add_argument("--stall-ms", type=int, default=1500)
+    ap.add_argument("--stall-ms", type=int, default=1500,
+                    help="how long a stalled answer waits (longer than --stall-timeout)")
+    ap.add_argument("--stall-timeout", type=float, default=1.0,
+                    help="the mount's --stall-timeout: stalled connections are given up after it")
+    ap.add_argument("--shardfs-arg", action="append", default=[],
+                    help="extra argument for the mount under test (repeatable)")
     ap.add_argument("--window-s", type=float, default=60.0,
                     help="first/last window compared for RSS and fds")
     ap.add_argument("--out", default=os.path.join(HERE, "out"))
@@ -186,7 +191,8 @@ def run(args, bins, procs, work):
                      "--endpoint-url", endpoint, "--cache-dir", os.path.join(work, "cache"),
                      "--cache-limit", str(limit), "--memory-limit", str(args.memory_limit),
                      "--fetch-part-size", str(args.part_bytes or max(1, args.shard_bytes // 4)),
-                     "--log-level", "warn"] + order,
+                     "--stall-timeout", str(args.stall_timeout),
+                     "--log-level", "warn"] + order + args.shardfs_arg,
                     env=env, stderr=open(os.path.join(work, "mount.log"), "w"))
     procs.mounts.append(mnt)
     r = procs.start([bins["shardfs"], "mount", os.path.join(data, "mds"), ref, "--foreground",

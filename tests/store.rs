@@ -487,6 +487,32 @@ mod sigv4_server {
         assert_eq!(after.bytes - before.bytes, 10);
     }
 
+    /// Small bodies (a ranged sample the memory tier keeps) own a buffer of their size: a
+    /// zero-copy slice of the HTTP client's read buffer would keep that whole buffer (hundreds
+    /// of KiB) alive while the memory tier counts only the slice.
+    #[test]
+    fn bodies_own_a_buffer_of_their_size() {
+        let server = FakeS3::start();
+        server.put("bkt", "ds/shard.00000.mds", vec![7u8; 300_000]);
+        let s = blocking(store::open("s3://bkt/ds", &server.options()).unwrap());
+        let capacity = |b: bytes::Bytes| match b.try_into_mut() {
+            Ok(m) => m.capacity(),
+            Err(_) => usize::MAX, // still shared with another owner
+        };
+        for range in [0..10u64, 1000..21_000, 0..300_000] {
+            let b = s.get_range(&key("shard.00000.mds"), range.clone()).unwrap();
+            assert_eq!(b.len() as u64, range.end - range.start);
+            let len = b.len();
+            assert_eq!(
+                capacity(b),
+                len,
+                "{range:?}: the body sits in a larger buffer"
+            );
+        }
+        let whole = s.get(&key("shard.00000.mds")).unwrap();
+        assert_eq!(capacity(whole), 300_000);
+    }
+
     #[test]
     fn wrong_secret_is_access_denied_without_retries() {
         let server = FakeS3::start();

@@ -29,7 +29,9 @@ pub struct StoreArgs {
 fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if v.is_finite() && v > 0.0 && v <= 86_400.0 => Ok(v),
-        _ => Err(format!("{s:?} is not a number of seconds between 0 and 86400")),
+        _ => Err(format!(
+            "{s:?} is not a number of seconds between 0 and 86400"
+        )),
     }
 }
 

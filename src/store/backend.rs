@@ -308,7 +308,15 @@ impl ObjectStoreBackend {
             .get::<super::StoreChecksums>()
             .copied()
             .unwrap_or_default();
-        let bytes = result.bytes().await.map_err(|e| body_error(e, &url))?;
+        let bytes = match result.payload {
+            // A local file is read at once into a buffer of its size.
+            object_store::GetResultPayload::File(..) => {
+                result.bytes().await.map_err(|e| body_error(e, &url))?
+            }
+            object_store::GetResultPayload::Stream(_) => {
+                collect_exact(result.into_stream(), expected, &url).await?
+            }
+        };
         if bytes.len() as u64 != expected {
             return Err(StoreError::ShortBody {
                 url,
@@ -318,6 +326,34 @@ impl ObjectStoreBackend {
         }
         Ok((bytes, e_tag, sums))
     }
+}
+
+/// Largest buffer reserved up front for a body from the Content-Length the server claims; a
+/// longer body grows it as it arrives.
+const MAX_PRESIZED_BODY: u64 = 1 << 30;
+
+/// A streamed body copied into one buffer of its own, sized for the `expected` bytes.
+///
+/// Not zero-copy on purpose: the HTTP client hands out body chunks as slices of its read
+/// buffer (up to ~400 KiB per connection), so keeping a small chunk (a ranged sample kept in the
+/// memory tier) would keep that whole buffer alive while counting only the chunk.
+async fn collect_exact(
+    mut body: futures::stream::BoxStream<'static, object_store::Result<Bytes>>,
+    expected: u64,
+    url: &str,
+) -> Result<Bytes, StoreError> {
+    let capacity = usize::try_from(expected.min(MAX_PRESIZED_BODY)).unwrap_or(0);
+    let mut out = bytes::BytesMut::with_capacity(capacity);
+    while let Some(chunk) = body.try_next().await.map_err(|e| body_error(e, url))? {
+        if out.len() as u64 + chunk.len() as u64 > expected {
+            return Err(StoreError::Other {
+                url: url.to_string(),
+                detail: format!("the server sent more than the {expected} bytes announced"),
+            });
+        }
+        out.extend_from_slice(&chunk);
+    }
+    Ok(out.freeze())
 }
 
 /// The MD5 an S3 ETag stands for: 32 hex digits (quotes allowed). Multipart ETags (`…-N`)
