@@ -11,7 +11,7 @@ first, so every read reaches the daemon). A read that fails (EIO) is counted
 and tried again once a second later (recovered or not). The daemon's RSS and open file
 descriptors are sampled every second. Printed at the end (and written as JSON): reads, bytes,
 faults injected by kind, wrong bytes, EIOs and recoveries, verification failures the mount
-caught, RSS and fds over the first and the last window. Exit status 1 when any byte was wrong
+caught, RSS and fds over the first and the last window, files read per minute. Exit status 1 when any byte was wrong
 or an EIO did not recover.
 
 Run through bench/soak.sh (it builds the binaries); `--short` is the minute-long CI mode.
@@ -19,6 +19,7 @@ Run through bench/soak.sh (it builds the binaries); `--short` is the minute-long
 
 import argparse
 import json
+import math
 import multiprocessing as mp
 import os
 import shutil
@@ -51,10 +52,11 @@ def fds(pid):
         return 0
 
 
-def reader(wid, jobs, mnt, ref, deadline, out):
+def reader(wid, jobs, mnt, ref, start, deadline, out):
     """Reads (rank, epoch) folders from `jobs` until the deadline; compares with `ref`."""
     stats = {"files": 0, "bytes": 0, "wrong_files": 0, "wrong_bytes": 0, "eio": 0,
-             "recovered": 0, "unrecovered": 0, "examples": []}
+             "recovered": 0, "unrecovered": 0, "examples": [],
+             "files_per_minute": [0] * max(1, math.ceil((deadline - start) / 60))}
     while time.time() < deadline:
         try:
             rank, epoch = jobs.get(timeout=1)
@@ -98,6 +100,8 @@ def reader(wid, jobs, mnt, ref, deadline, out):
                 continue
             stats["files"] += 1
             stats["bytes"] += len(got)
+            minute = min(int((time.time() - start) // 60), len(stats["files_per_minute"]) - 1)
+            stats["files_per_minute"][minute] += 1
             if got != want:
                 stats["wrong_files"] += 1
                 n = min(len(got), len(want))
@@ -212,7 +216,7 @@ def run(args, bins, procs, work):
             jobs.put((rank, e))
     start = time.time()
     deadline = start + args.minutes * 60
-    workers = [ctx.Process(target=reader, args=(i, jobs, mnt, ref, deadline, out))
+    workers = [ctx.Process(target=reader, args=(i, jobs, mnt, ref, start, deadline, out))
                for i in range(args.readers)]
     for w in workers:
         w.start()
@@ -254,6 +258,10 @@ def run(args, bins, procs, work):
         "rss_fds_first_window": first, "rss_fds_last_window": last,
         "rss_mb_per_minute": [window(60 * k, 60 * (k + 1))["rss_mb"]
                               for k in range(int(elapsed // 60) + 1)],
+        # Files read in each minute of the run (a last partial minute counts as one).
+        "files_per_minute": [sum(x["files_per_minute"][k] for x in results)
+                             for k in range(len(results[0]["files_per_minute"]))]
+        if results else [],
         "examples": sum((x["examples"] for x in results), [])[:10],
     }
     # Growth first minute -> last minute (the issue's measure, which includes the warm-up of
@@ -274,7 +282,9 @@ def run(args, bins, procs, work):
           f"recovered, {total['unrecovered']} not), RSS {first['rss_mb']} -> {last['rss_mb']} MB "
           f"({report['rss_growth_pct']} %; {report['rss_growth_after_first_minute_pct']} % after "
           f"the first minute), "
-          f"fds {first['fds']} -> {last['fds']}: {'PASS' if ok else 'FAIL'}")
+          f"fds {first['fds']} -> {last['fds']}, files per minute "
+          f"{report['files_per_minute'][0]} -> {report['files_per_minute'][-1]}: "
+          f"{'PASS' if ok else 'FAIL'}")
     return 0 if ok else 1
 
 
