@@ -122,15 +122,17 @@ def main():
     ap.add_argument("--samples", type=int, default=6000)
     ap.add_argument("--mean-bytes", type=int, default=20000)
     ap.add_argument("--shard-bytes", type=int, default=1 << 21)
-    ap.add_argument("--fault-rate", type=float, default=0.2)
-    ap.add_argument("--memory-limit", type=int, default=32 << 20,
-                    help="the mount's memory tier, small so RSS reaches its steady state early")
+    ap.add_argument("--fault-rate", type=float, default=None,
+                    help="share of GETs faulted (default 0.3; 0.2 with --short)")
+    ap.add_argument("--memory-limit", type=int, default=4 << 20,
+                    help="the mount's memory tier: small, so the bounded cache fills within "
+                         "seconds and RSS growth after that shows leaks, not the tier filling")
     ap.add_argument("--part-bytes", type=int, default=None,
                     help="the mount's --fetch-part-size (default: a quarter of --shard-bytes, "
                          "so shards come as parallel ranged parts, as 64 MiB shards do)")
-    ap.add_argument("--stall-ms", type=int, default=1500,
+    ap.add_argument("--stall-ms", type=int, default=1000,
                     help="how long a stalled answer waits (longer than --stall-timeout)")
-    ap.add_argument("--stall-timeout", type=float, default=1.0,
+    ap.add_argument("--stall-timeout", type=float, default=0.5,
                     help="the mount's --stall-timeout: stalled connections are given up after it")
     ap.add_argument("--shardfs-arg", action="append", default=[],
                     help="extra argument for the mount under test (repeatable)")
@@ -140,6 +142,8 @@ def main():
     args = ap.parse_args()
     if args.short:
         args.minutes, args.readers, args.samples, args.window_s = 1.0, 16, 2000, 15.0
+    if args.fault_rate is None:
+        args.fault_rate = 0.2 if args.short else 0.3
     bins = json.loads(args.bins)
     procs = Procs()
     work = tempfile.mkdtemp(prefix="shardfs-soak-")
@@ -258,6 +262,8 @@ def run(args, bins, procs, work):
         "rss_fds_first_window": first, "rss_fds_last_window": last,
         "rss_mb_per_minute": [window(60 * k, 60 * (k + 1))["rss_mb"]
                               for k in range(int(elapsed // 60) + 1)],
+        "fds_per_minute": [window(60 * k, 60 * (k + 1))["fds"]
+                           for k in range(int(elapsed // 60) + 1)],
         # Files read in each minute of the run (a last partial minute counts as one).
         "files_per_minute": [sum(x["files_per_minute"][k] for x in results)
                              for k in range(len(results[0]["files_per_minute"]))]
