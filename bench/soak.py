@@ -52,6 +52,29 @@ def fds(pid):
         return 0
 
 
+def fd_kinds(pid):
+    """The process's open descriptors by kind: sockets, cache shard files (and how many of
+    those were deleted, i.e. evicted while still open), and the rest."""
+    kinds = {"sockets": 0, "shard_files": 0, "deleted_files": 0, "other": 0}
+    try:
+        names = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return kinds
+    for n in names:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{n}")
+        except OSError:
+            continue
+        if target.startswith("socket:"):
+            kinds["sockets"] += 1
+        elif "/shards/" in target:
+            kinds["shard_files"] += 1
+            kinds["deleted_files"] += target.endswith(" (deleted)")
+        else:
+            kinds["other"] += 1
+    return kinds
+
+
 def reader(wid, jobs, mnt, ref, start, deadline, out):
     """Reads (rank, epoch) folders from `jobs` until the deadline; compares with `ref`."""
     stats = {"files": 0, "bytes": 0, "wrong_files": 0, "wrong_bytes": 0, "eio": 0,
@@ -224,9 +247,11 @@ def run(args, bins, procs, work):
                for i in range(args.readers)]
     for w in workers:
         w.start()
-    samples = []
+    samples, kinds = [], []
     while time.time() < deadline:
         samples.append((time.time() - start, rss_kb(m.pid), fds(m.pid)))
+        if len(samples) % 10 == 0:
+            kinds.append(fd_kinds(m.pid))
         time.sleep(1)
     results = [out.get(timeout=120) for _ in workers]
     for w in workers:
@@ -264,6 +289,12 @@ def run(args, bins, procs, work):
                               for k in range(int(elapsed // 60) + 1)],
         "fds_per_minute": [window(60 * k, 60 * (k + 1))["fds"]
                            for k in range(int(elapsed // 60) + 1)],
+        "rss_mb_max": round(max((x[1] for x in samples), default=0) / 1024, 1),
+        "fds_max": max((x[2] for x in samples), default=0),
+        # Sampled every 10 s: the most of each kind seen, and the last sample.
+        "fd_kinds_max": {k: max((x[k] for x in kinds), default=0)
+                         for k in ("sockets", "shard_files", "deleted_files", "other")},
+        "fd_kinds_last": kinds[-1] if kinds else {},
         # Files read in each minute of the run (a last partial minute counts as one).
         "files_per_minute": [sum(x["files_per_minute"][k] for x in results)
                              for k in range(len(results[0]["files_per_minute"]))]
