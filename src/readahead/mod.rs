@@ -394,6 +394,19 @@ impl Readahead {
         }
     }
 
+    /// True when local rank `rank` is reading `epoch` and `position` is not far behind its
+    /// cursor (a read there would be one of its own, not a jump): tells which of a sample's
+    /// recent names a read of its shared inode is for.
+    pub fn is_reading_near(&self, rank: usize, epoch: u64, position: u64) -> bool {
+        let Some(c) = self.inner.cursors.get(rank) else {
+            return false;
+        };
+        let cur = c.position.load(Relaxed);
+        cur != NO_POSITION
+            && c.epoch.load(Relaxed) == epoch
+            && position.saturating_add(JUMP_BACK) >= cur
+    }
+
     /// Records a read that waited `waited` for its shard to arrive.
     pub fn record_stall(&self, waited: Duration) {
         self.inner.stalls.fetch_add(1, Relaxed);

@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime};
 use super::error::VfsError;
 use super::inode::{ColumnNo, Epoch, Fixed, Ino, LocalRank, Node, Position, SampleId, MAX_EPOCHS};
 use super::names::{file_name, parse_epoch_dir, parse_file_name, parse_rank_dir, width_for};
-use super::recent::{KnownSizes, RecentNames};
+use super::recent::{KnownSizes, Named, RecentNames};
 use super::source::{SampleSource, SourceError};
 use super::status::ErrorLog;
 use crate::readahead::{RankOrder, Readahead};
@@ -183,7 +183,8 @@ impl Vfs {
                 let col = self.column_named(sample, suffix)?;
                 // The name is a hard link to the sample's one inode. Remember where it was
                 // opened, so the read that follows moves this rank's readahead cursor.
-                self.recent.record(sample, (r, e, Position(pos)));
+                self.recent
+                    .record(sample, (r, e, Position(pos)), Named::Lookup);
                 self.readahead.on_lookup(r.0 as usize, e.0, pos);
                 Node::SampleFile(SampleId(sample), col)
             }
@@ -303,7 +304,7 @@ impl Vfs {
                 (folder, attr, Node::from_ino(entry.ino))
             {
                 let pos = Position(position_of_offset(entry.next_offset));
-                self.recent.record(s.0, (r, e, pos));
+                self.recent.record(s.0, (r, e, pos), Named::Listed);
             }
             add(entry, attr)
         })
@@ -480,7 +481,10 @@ impl Vfs {
             Node::SampleFile(s, c) => {
                 let started = Instant::now();
                 // Opened through a rank folder (recently): that rank's reader is there.
-                let rank = self.recent.find(s.0).map(|(r, e, p)| {
+                let at = self.recent.pick(s.0, |r, e, p| {
+                    self.readahead.is_reading_near(r.0 as usize, e.0, p.0)
+                });
+                let rank = at.map(|(r, e, p)| {
                     self.readahead.on_read(r.0 as usize, e.0, p.0);
                     r
                 });

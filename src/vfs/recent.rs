@@ -3,9 +3,10 @@
 //! A sample file is one inode wherever it appears (every `rank-R/epoch-E` folder and
 //! `samples/`), so the kernel's page cache serves it again without asking us. Two facts about
 //! recently named samples make that work well:
-//! - [`RecentNames`]: the rank folder position a sample was last opened through. A read of the
-//!   shared inode says *which sample* but not *which position of which rank*, and the readahead
-//!   cursor is driven by positions; the lookup (or listed entry) that preceded it does say.
+//! - [`RecentNames`]: the rank folder positions a sample was last opened or listed at. A read of
+//!   the shared inode says *which sample* but not *which position of which rank*, and the
+//!   readahead cursor is driven by positions; the lookup (or listed entry) that preceded it does
+//!   say.
 //! - [`KnownSizes`]: each column file's exact size once computed. A listing (READDIRPLUS) can
 //!   then give real attributes without reading shards, so the kernel opens the files without a
 //!   lookup each, and never applies a placeholder size to an inode whose pages it holds (which
@@ -27,19 +28,27 @@ use super::inode::{
 
 const SHARDS: usize = 16;
 
-#[derive(Default)]
-struct Generations {
-    current: HashMap<u64, u64>,
-    previous: HashMap<u64, u64>,
+struct Generations<V> {
+    current: HashMap<u64, V>,
+    previous: HashMap<u64, V>,
 }
 
-/// A `u64 → u64` map holding at most `capacity` entries; the oldest go first.
-pub struct BoundedMap {
-    shards: [Mutex<Generations>; SHARDS],
+impl<V> Default for Generations<V> {
+    fn default() -> Self {
+        Self {
+            current: HashMap::new(),
+            previous: HashMap::new(),
+        }
+    }
+}
+
+/// A map from `u64` keys holding at most `capacity` entries; the oldest go first.
+pub struct BoundedMap<V> {
+    shards: [Mutex<Generations<V>>; SHARDS],
     per_generation: usize,
 }
 
-impl BoundedMap {
+impl<V: Copy> BoundedMap<V> {
     /// A map of at most `capacity` entries (rounded to a multiple of 32).
     pub fn new(capacity: usize) -> Self {
         Self {
@@ -48,22 +57,32 @@ impl BoundedMap {
         }
     }
 
-    fn shard(&self, key: u64) -> MutexGuard<'_, Generations> {
+    fn shard(&self, key: u64) -> MutexGuard<'_, Generations<V>> {
         let m = &self.shards[(key % SHARDS as u64) as usize];
         m.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Sets `key` to `value`.
-    pub fn insert(&self, key: u64, value: u64) {
+    pub fn insert(&self, key: u64, value: V) {
+        self.update(key, |_| value);
+    }
+
+    /// Sets `key` to `f(its value, if still held)`, in one step.
+    pub fn update(&self, key: u64, f: impl FnOnce(Option<V>) -> V) {
         let mut g = self.shard(key);
+        let old = g
+            .current
+            .get(&key)
+            .or_else(|| g.previous.get(&key))
+            .copied();
         if g.current.len() >= self.per_generation && !g.current.contains_key(&key) {
             g.previous = std::mem::take(&mut g.current);
         }
-        g.current.insert(key, value);
+        g.current.insert(key, f(old));
     }
 
     /// The value of `key`, if it is still held.
-    pub fn get(&self, key: u64) -> Option<u64> {
+    pub fn get(&self, key: u64) -> Option<V> {
         let g = self.shard(key);
         g.current
             .get(&key)
@@ -75,8 +94,22 @@ impl BoundedMap {
 /// Where a sample was opened: rank, epoch and position.
 pub type NamedAt = (LocalRank, Epoch, Position);
 
-/// Sample id → the rank folder position it was last looked up or listed at.
-pub struct RecentNames(BoundedMap);
+/// How a sample's rank folder position became known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Named {
+    /// A LOOKUP of its name: the kernel is about to open it there.
+    Lookup,
+    /// An entry of a listing sent with attributes: it may be opened there later, or not.
+    Listed,
+}
+
+/// Sample id → the last two rank folder positions (of different folders) it was looked up or
+/// listed at, newest first.
+///
+/// Two, because listings run ahead of reading: when rank 1 lists `epoch-1/` while rank 0 still
+/// reads `epoch-0/`, a sample in both keeps both positions, and a read goes to the one whose
+/// rank is reading that epoch there (see [`RecentNames::pick`]).
+pub struct RecentNames(BoundedMap<[u64; 2]>);
 
 impl Default for RecentNames {
     fn default() -> Self {
@@ -84,39 +117,87 @@ impl Default for RecentNames {
     }
 }
 
-// Packing: position (32 bits) | epoch (12 bits) | rank (8 bits), the widths inode numbers
-// allow (names beyond them are never resolved, so never recorded).
+// Packing: looked up (bit 63) | position (32 bits) | epoch (12 bits) | rank (8 bits), the widths
+// inode numbers allow (names beyond them are never resolved, so never recorded).
 const POS_SHIFT: u32 = 20;
 const EPOCH_SHIFT: u32 = 8;
+const LOOKUP_BIT: u64 = 1 << 63;
+/// The folder (rank and epoch) part of a packed position.
+const FOLDER_MASK: u64 = (1 << POS_SHIFT) - 1;
+/// No position recorded.
+const NONE: u64 = u64::MAX;
 
-impl RecentNames {
-    /// Samples remembered at most (~20 bytes each).
-    pub const CAPACITY: usize = 1 << 18;
-
-    /// Records that `sample` was just looked up or listed at `at`.
-    pub fn record(&self, sample: u64, (r, e, p): NamedAt) {
-        if r.0 < MAX_LOCAL_RANKS && e.0 < MAX_EPOCHS && p.0 < MAX_POSITIONS {
-            self.0.insert(
-                sample,
-                (p.0 << POS_SHIFT) | (e.0 << EPOCH_SHIFT) | u64::from(r.0),
-            );
-        }
-    }
-
-    /// Where `sample` was last looked up or listed, if recently.
-    pub fn find(&self, sample: u64) -> Option<NamedAt> {
-        self.0.get(sample).map(|v| {
+fn unpack(v: u64) -> Option<(NamedAt, Named)> {
+    (v != NONE).then(|| {
+        let how = if v & LOOKUP_BIT != 0 {
+            Named::Lookup
+        } else {
+            Named::Listed
+        };
+        let v = v & !LOOKUP_BIT;
+        (
             (
                 LocalRank((v & 0xff) as u32),
                 Epoch((v >> EPOCH_SHIFT) & 0xfff),
                 Position(v >> POS_SHIFT),
-            )
-        })
+            ),
+            how,
+        )
+    })
+}
+
+impl RecentNames {
+    /// Samples remembered at most (~30 bytes each).
+    pub const CAPACITY: usize = 1 << 18;
+
+    /// Records that `sample` was just looked up or listed at `at`.
+    pub fn record(&self, sample: u64, (r, e, p): NamedAt, how: Named) {
+        if r.0 >= MAX_LOCAL_RANKS || e.0 >= MAX_EPOCHS || p.0 >= MAX_POSITIONS {
+            return;
+        }
+        let mut v = (p.0 << POS_SHIFT) | (e.0 << EPOCH_SHIFT) | u64::from(r.0);
+        if how == Named::Lookup {
+            v |= LOOKUP_BIT;
+        }
+        self.0.update(sample, |old| match old {
+            // The same folder again: the newest position replaces the old one.
+            Some([newest, older]) if newest != NONE && newest & FOLDER_MASK == v & FOLDER_MASK => {
+                [v, older]
+            }
+            Some([newest, _]) => [v, newest],
+            None => [v, NONE],
+        });
+    }
+
+    /// Where `sample` was last looked up or listed, if recently, and how.
+    #[cfg(test)]
+    pub fn find(&self, sample: u64) -> Option<(NamedAt, Named)> {
+        self.0.get(sample).and_then(|[newest, _]| unpack(newest))
+    }
+
+    /// The position a read of `sample` is for: the newest if it was a lookup (the kernel
+    /// opens right after one); else the newest of the two whose rank `reads_there` (is
+    /// reading that epoch near that position), else the newest.
+    pub fn pick(
+        &self,
+        sample: u64,
+        reads_there: impl Fn(LocalRank, Epoch, Position) -> bool,
+    ) -> Option<NamedAt> {
+        let [newest, older] = self.0.get(sample)?;
+        let (first, how) = unpack(newest)?;
+        if how == Named::Lookup {
+            return Some(first);
+        }
+        [Some(first), unpack(older).map(|(at, _)| at)]
+            .into_iter()
+            .flatten()
+            .find(|&(r, e, p)| reads_there(r, e, p))
+            .or(Some(first))
     }
 }
 
 /// (sample id, column) → the column file's exact size, once computed.
-pub struct KnownSizes(BoundedMap);
+pub struct KnownSizes(BoundedMap<u64>);
 
 impl Default for KnownSizes {
     fn default() -> Self {
@@ -154,20 +235,53 @@ mod tests {
         let names = RecentNames::default();
         assert_eq!(names.find(7), None);
         let at = |r, e, p| (LocalRank(r), Epoch(e), Position(p));
-        names.record(7, at(3, 0, 41));
-        names.record(7, at(255, 4095, (1 << 32) - 1));
-        assert_eq!(names.find(7), Some(at(255, 4095, (1 << 32) - 1)));
-        names.record(8, at(0, 4096, 0)); // too wide: never resolved, never recorded
+        names.record(7, at(3, 0, 41), Named::Listed);
+        names.record(7, at(255, 4095, (1 << 32) - 1), Named::Lookup);
+        assert_eq!(
+            names.find(7),
+            Some((at(255, 4095, (1 << 32) - 1), Named::Lookup))
+        );
+        // A lookup wins whatever the readers are doing.
+        assert_eq!(
+            names.pick(7, |_, _, _| false),
+            Some(at(255, 4095, (1 << 32) - 1))
+        );
+        names.record(8, at(0, 4096, 0), Named::Lookup); // too wide: never resolved, never recorded
         assert_eq!(names.find(8), None);
         // Fill sample 7's shard with other samples: after two generations it is gone, and
         // the map never held more than its capacity.
         let per_shard = (RecentNames::CAPACITY / SHARDS) as u64;
         for i in 1..=per_shard {
-            names.record(7 + i * SHARDS as u64, at(0, 0, i));
+            names.record(7 + i * SHARDS as u64, at(0, 0, i), Named::Listed);
         }
         assert_eq!(names.find(7), None);
         let g = names.0.shard(7);
         assert!(g.current.len() + g.previous.len() <= per_shard as usize);
+    }
+
+    #[test]
+    fn a_listing_of_another_folder_keeps_the_position_being_read() {
+        let names = RecentNames::default();
+        let at = |r, e, p| (LocalRank(r), Epoch(e), Position(p));
+        // Rank 0 listed epoch 0; then rank 1 listed epoch 1, which also holds sample 5.
+        names.record(5, at(0, 0, 10), Named::Listed);
+        names.record(5, at(1, 1, 3), Named::Listed);
+        assert_eq!(names.find(5), Some((at(1, 1, 3), Named::Listed)));
+        // Rank 0 reads epoch 0, rank 1 has not started epoch 1: the read is rank 0's.
+        let reading = |r: LocalRank, e: Epoch, _: Position| (r.0, e.0) == (0, 0);
+        assert_eq!(names.pick(5, reading), Some(at(0, 0, 10)));
+        // Rank 1 reading epoch 1 (and rank 0 too far from position 10): the newest.
+        let reading = |r: LocalRank, e: Epoch, _: Position| (r.0, e.0) == (1, 1);
+        assert_eq!(names.pick(5, reading), Some(at(1, 1, 3)));
+        // Nobody reading either folder (a first read): the newest.
+        assert_eq!(names.pick(5, |_, _, _| false), Some(at(1, 1, 3)));
+        // Listing the same folder again moves the position, keeping the other folder's.
+        names.record(5, at(1, 1, 4), Named::Listed);
+        let reading = |r: LocalRank, e: Epoch, _: Position| (r.0, e.0) == (0, 0);
+        assert_eq!(names.pick(5, reading), Some(at(0, 0, 10)));
+        // A third folder pushes out the oldest.
+        names.record(5, at(2, 2, 0), Named::Listed);
+        assert_eq!(names.pick(5, reading), Some(at(2, 2, 0)));
     }
 
     #[test]
@@ -181,7 +295,7 @@ mod tests {
         assert_eq!(sizes.get(5, ColumnNo(2)), None);
         assert_eq!(sizes.get(1 << 40, ColumnNo(0)), None);
         // A small map: writing the same keys again and again keeps them all.
-        let m = BoundedMap::new(64);
+        let m = BoundedMap::<u64>::new(64);
         for round in 0..10 {
             for k in 0..32u64 {
                 m.insert(k, round);

@@ -393,6 +393,53 @@ fn a_listing_with_attributes_records_where_its_samples_are_opened() {
 }
 
 #[test]
+fn listing_the_next_epoch_does_not_take_reads_of_the_current_one() {
+    // The reader lists epoch 1 before it has finished epoch 0 (a DataLoader building its next
+    // epoch's file list). Files of epoch 0 opened from the earlier listing, without a lookup,
+    // are still epoch 0's reads; epoch 1's count once the reader is there.
+    let v = vfs(40, vec![0], 1, None);
+    let samples = path(&v, "samples").unwrap();
+    for e in list(&v, samples.ino, 1000).iter().skip(2) {
+        v.lookup(samples.ino, &e.name).unwrap(); // sizes known: listings carry attributes
+    }
+    let listed = |epoch: u64| {
+        let dir = path(&v, &format!("rank-0/epoch-{epoch}")).unwrap();
+        let mut files = Vec::new();
+        v.readdir_plus(dir.ino, 0, |e, a| {
+            if e.kind == Kind::File && e.name.ends_with(".a.bin") {
+                assert!(a.is_some(), "{}", e.name);
+                files.push(e.ino);
+            }
+            false
+        })
+        .unwrap();
+        files // one per position, in order
+    };
+    let cursor = |v: &Vfs| {
+        let s: serde_json::Value = serde_json::from_slice(&v.status_json()).unwrap();
+        let r = &s["readahead"]["ranks"][0];
+        (r["epoch"].as_u64().unwrap(), r["cursor"].as_u64().unwrap())
+    };
+    let epoch0 = listed(0);
+    v.read(epoch0[5], 0, 10).unwrap();
+    assert_eq!(cursor(&v), (0, 5));
+    let epoch1 = listed(1);
+    v.read(epoch0[6], 0, 10).unwrap();
+    assert_eq!(
+        cursor(&v),
+        (0, 6),
+        "a read of epoch 0 went to epoch 1's listing"
+    );
+    // The reader moves on to epoch 1: its first file is looked up (or read from the listing
+    // while the rank reads no epoch near there), and the next ones follow epoch 1.
+    let first = path(&v, "rank-0/epoch-1/00000000.a.bin").unwrap();
+    v.read(first.ino, 0, 10).unwrap();
+    assert_eq!(cursor(&v), (1, 0));
+    v.read(epoch1[7], 0, 10).unwrap();
+    assert_eq!(cursor(&v), (1, 7));
+}
+
+#[test]
 fn huge_dataset_resolves_without_materialising() {
     let v = vfs(300_000_000, vec![0], 1_000_000, None);
     let f = path(&v, "samples/299999999.a.bin").unwrap();
