@@ -1,6 +1,7 @@
 //! The memory tier: parsed shard headers and sample bytes, bounded in bytes (moka, TinyLFU).
 //!
-//! Headers get a quarter of `--memory-limit` (they are small and make `stat` and every
+//! The tier's budget is `CacheOptions::memory_limit` (the part of `--memory-limit` not kept
+//! for downloads). Headers get a quarter of it (they are small and make `stat` and every
 //! read O(1)); samples the rest. Entries are immutable bytes of a dataset whose identity
 //! includes its index digest, so nothing here ever needs invalidating. Entries from ranged
 //! reads (not hash-checked) are kept apart from verified ones (see [`Provenance`]).

@@ -19,7 +19,8 @@
 //! - **Reads of cached files use io_uring** (one ring per reading thread by default; the
 //!   dedicated ring threads of `io/uring.rs` on request), with `pread` as the fallback when
 //!   io_uring is unavailable (see `io/`).
-//! - **Hot headers and samples stay in memory** (moka, bounded in bytes by `--memory-limit`),
+//! - **Hot headers and samples stay in memory** (moka, bounded in bytes by its share of
+//!   `--memory-limit`, which also bounds the shards being downloaded),
 //!   and `header()` of an uncompressed remote shard costs one ranged GET, not a download.
 //!
 //! The API is blocking because its callers are FUSE worker threads; store I/O runs on the

@@ -29,7 +29,10 @@ pub struct MountConfig {
     /// Most bytes of shards kept locally (suffixes KiB, MiB, GiB, TiB, and KB, MB, ...).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub cache_limit: Option<u64>,
-    /// Most bytes of shard headers and samples kept in memory (in front of the disk cache).
+    /// Most bytes of shards held in memory (default 256MiB, shared by all streams): shards
+    /// being downloaded take at most half, the memory tier of headers and samples in front of
+    /// the disk cache the rest. 0 turns the tier off (downloads then take 2 x
+    /// --fetch-concurrency x --fetch-part-size).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub memory_limit: Option<u64>,
     /// How many epoch-E folders a listing of rank-R/ shows (any epoch can be opened by name);
@@ -53,7 +56,8 @@ pub struct MountConfig {
     /// Shards larger than this are downloaded as parallel ranged GETs of this size (0: one
     /// GET per shard). Used where the download can still be checked: a hash in index.json,
     /// or S3's ETag. Shards held in memory while downloading are bounded to one part per
-    /// connection (2 x --fetch-concurrency x this; a larger shard downloads alone).
+    /// connection (2 x --fetch-concurrency x this) and to half of --memory-limit; a shard
+    /// larger than that downloads alone.
     #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value = "8MiB")]
     pub fetch_part_size: u64,
     /// How to reach the object store.
@@ -212,10 +216,42 @@ fn store_options(config: &MountConfig) -> StoreOptions {
     }
 }
 
+/// The default of `--memory-limit`.
+const DEFAULT_MEMORY_LIMIT: u64 = 256 << 20;
+
+/// How one stream's share of `--memory-limit` is split between shards being downloaded and
+/// the memory tier: `(tier, downloads)`. Downloads want one part per connection and get at
+/// most half of the share (a shard larger than that downloads alone); the tier takes the rest.
+/// A share of 0 turns the tier off and leaves downloads one part per connection.
+fn memory_split(share: u64, connections: usize, part_size: u64) -> (u64, u64) {
+    let wanted = (connections as u64).saturating_mul(part_size).max(1);
+    if share == 0 {
+        return (0, wanted);
+    }
+    let downloads = wanted.min(share / 2).max(1);
+    (share - downloads, downloads)
+}
+
+/// The cache settings of one of `streams` streams: each gets an equal share of the disk and
+/// memory limits, so the mount as a whole stays within them.
+fn cache_options(config: &MountConfig, cache_limit: Option<u64>, streams: u64) -> CacheOptions {
+    let share = config.memory_limit.unwrap_or(DEFAULT_MEMORY_LIMIT) / streams.max(1);
+    let (memory_limit, download_memory) =
+        memory_split(share, connections(config), config.fetch_part_size);
+    CacheOptions {
+        cache_dir: config.cache_dir(),
+        cache_limit,
+        memory_limit,
+        prefetch_threads: 1,
+        download_memory,
+        ..CacheOptions::default()
+    }
+}
+
 fn open_stream(
     config: &MountConfig,
     source: &str,
-    cache_limit: Option<u64>,
+    opts: CacheOptions,
     readahead: Arc<OnceLock<Weak<Readahead>>>,
     first_shard: u32,
 ) -> Result<OpenedStream> {
@@ -223,16 +259,6 @@ fn open_stream(
         .with_context(|| format!("cannot read index.json of {source}"))?;
     let index = (**dataset.index()).clone();
     let index_json = dataset.index_bytes().to_vec();
-    let opts = CacheOptions {
-        cache_dir: config.cache_dir(),
-        cache_limit,
-        memory_limit: config.memory_limit.unwrap_or(256 << 20),
-        prefetch_threads: 1,
-        // Enough shard bytes in flight for every connection to carry a part; without parts,
-        // the fetch concurrency alone bounds them.
-        download_memory: (connections(config) as u64).saturating_mul(config.fetch_part_size),
-        ..CacheOptions::default()
-    };
     let policy = Arc::new(FurthestNextUse::new(readahead, first_shard));
     let cache =
         ShardCache::open_with_policy(Arc::new(dataset), opts, policy).with_context(|| {
@@ -266,7 +292,7 @@ fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
         let o = open_stream(
             config,
             &s.source,
-            per_stream_limit,
+            cache_options(config, per_stream_limit, streams),
             slot.clone(),
             first_shard,
         )?;
@@ -377,5 +403,66 @@ impl OrderSource for PlannerOrders {
         self.planner
             .node_orders(epoch, self.node)
             .map_err(|e| e.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        config: MountConfig,
+    }
+
+    fn config(args: &[&str]) -> MountConfig {
+        let argv = ["t", "s3://b/data", "/mnt"].iter().chain(args.iter());
+        match Wrapper::try_parse_from(argv) {
+            Ok(w) => w.config,
+            Err(e) => panic!("{e}"),
+        }
+    }
+
+    /// Memory the mount's caches may hold: every stream's tier and downloads.
+    fn total(config: &MountConfig, streams: u64) -> u64 {
+        (0..streams)
+            .map(|_| cache_options(config, None, streams))
+            .map(|o| o.memory_limit + o.download_memory)
+            .sum()
+    }
+
+    #[test]
+    fn the_memory_limit_bounds_downloads_and_the_tier_together() {
+        // Defaults: 16 connections x 8 MiB parts = 128 MiB of downloads, half of 256 MiB.
+        let c = config(&[]);
+        let o = cache_options(&c, None, 1);
+        assert_eq!((o.memory_limit, o.download_memory), (128 << 20, 128 << 20));
+        for streams in 1..=3 {
+            assert!(
+                total(&c, streams) <= DEFAULT_MEMORY_LIMIT,
+                "{streams} streams"
+            );
+        }
+        // A small limit: downloads are cut to half of it, not left at one part per connection.
+        let c = config(&["--memory-limit", "64MiB"]);
+        let o = cache_options(&c, None, 1);
+        assert_eq!((o.memory_limit, o.download_memory), (32 << 20, 32 << 20));
+        assert!(total(&c, 2) <= 64 << 20);
+        // A large one: downloads need no more than a part per connection; the tier gets the rest.
+        let c = config(&["--memory-limit", "1GiB", "--fetch-concurrency", "2"]);
+        let o = cache_options(&c, None, 1);
+        assert_eq!(o.download_memory, 4 * (8 << 20));
+        assert_eq!(o.memory_limit + o.download_memory, 1 << 30);
+    }
+
+    #[test]
+    fn a_memory_limit_of_zero_turns_the_tier_off_but_still_downloads() {
+        let c = config(&["--memory-limit", "0", "--fetch-part-size", "1MiB"]);
+        let o = cache_options(&c, None, 2);
+        assert_eq!((o.memory_limit, o.download_memory), (0, 16 << 20));
+        assert_eq!(memory_split(0, 4, 0), (0, 1));
+        assert_eq!(memory_split(1, 4, 1 << 20), (0, 1));
     }
 }
