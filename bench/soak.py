@@ -4,9 +4,12 @@ dataset, against the bench S3 server injecting faults; every byte checked.
 
 The dataset (bench-gen, hashless like MDSWriter's default, served with multipart ETags as
 `aws s3 cp` uploads them) is mounted twice with the same ordering options: through the faulty
-server (the mount under test) and from its local folder (the reference, no network). Reader
-processes take (rank, epoch) pairs in turn and read every file of `rank-R/epoch-E/` in order,
-comparing each with the reference's file of the same name (each file's cached pages dropped
+server (the mount under test) and from its local folder (the reference, no network). In the
+default `loader` pattern the reader processes are the DataLoader workers of the ranks: each
+rank's workers share its `rank-R/epoch-E/` folder batch by batch and go on epoch after epoch;
+in the `scattered` pattern each reader takes a (rank, epoch) pair of its own and reads the whole
+folder, so many epochs of one rank are in flight at once. Every file is compared with the
+reference's file of the same name (each file's cached pages dropped
 first, so every read reaches the daemon). A read that fails (EIO) is counted
 and tried again once a second later (recovered or not). The daemon's RSS and open file
 descriptors are sampled every second. Printed at the end (and written as JSON): reads, bytes,
@@ -75,23 +78,77 @@ def fd_kinds(pid):
     return kinds
 
 
-def reader(wid, jobs, mnt, ref, start, deadline, out):
-    """Reads (rank, epoch) folders from `jobs` until the deadline; compares with `ref`."""
-    stats = {"files": 0, "bytes": 0, "wrong_files": 0, "wrong_bytes": 0, "eio": 0,
-             "recovered": 0, "unrecovered": 0, "examples": [],
-             "files_per_minute": [0] * max(1, math.ceil((deadline - start) / 60))}
-    while time.time() < deadline:
+COUNTERS = ("bytes_fetched", "shards_fetched", "disk_hits", "disk_misses", "evictions",
+            "verify_failures", "fill_failures")
+
+
+def cache_counters(mnt):
+    """The mount's cache counters from status.json (empty when it cannot be read)."""
+    try:
+        with open(os.path.join(mnt, ".shardfs", "status.json")) as f:
+            cache = json.load(f)["cache"][0]
+        return {k: cache.get(k, 0) for k in COUNTERS}
+    except (OSError, ValueError, KeyError, IndexError):
+        return {}
+
+
+def counters_per_minute(counters, minutes):
+    """How much each cache counter grew in each minute (from the 10-second samples)."""
+    out = []
+    prev = {k: 0 for k in COUNTERS}
+    for k in range(minutes):
+        inside = [c for t, c in counters if t < 60 * (k + 1) and c]
+        if not inside:
+            out.append({})
+            continue
+        cur = inside[-1]
+        out.append({n: cur[n] - prev[n] for n in COUNTERS})
+        prev = cur
+    return out
+
+
+def loader_folders(wid, readers, ranks, epochs, batch):
+    """The `loader` pattern: reader `wid` is one of the DataLoader workers of rank
+    `wid % ranks`; each worker reads every `workers`-th batch of its rank's epoch folder, then
+    the next epoch (wrapping after the last listed one), as a training job's loader does."""
+    rank, workers = wid % ranks, max(1, readers // ranks)
+    worker = (wid // ranks) % workers
+    e = 0
+    while True:
+        yield rank, e % epochs, lambda i: (i // batch) % workers == worker
+        e += 1
+
+
+def scattered_folders(jobs):
+    """The `scattered` pattern: each reader takes the next (rank, epoch) folder from the shared
+    queue and reads all of it, so as many epochs are in flight as there are readers per rank."""
+    while True:
         try:
             rank, epoch = jobs.get(timeout=1)
         except Exception:
+            yield None
             continue
+        yield rank, epoch, lambda i: True
+
+
+def reader(wid, folders, mnt, ref, start, deadline, out):
+    """Reads the files `folders` assigns until the deadline; compares each with `ref`."""
+    stats = {"files": 0, "bytes": 0, "wrong_files": 0, "wrong_bytes": 0, "eio": 0,
+             "recovered": 0, "unrecovered": 0, "examples": [],
+             "files_per_minute": [0] * max(1, math.ceil((deadline - start) / 60))}
+    for job in folders:
+        if time.time() >= deadline:
+            break
+        if job is None:
+            continue
+        rank, epoch, mine = job
         rel = f"rank-{rank}/epoch-{epoch}"
         try:
             names = sorted(os.listdir(os.path.join(ref, rel)))
         except OSError as e:
             stats["examples"].append(f"list {rel}: {e}")
             continue
-        for name in names:
+        for name in (n for i, n in enumerate(names) if mine(i)):
             if time.time() >= deadline:
                 break
             try:
@@ -142,14 +199,20 @@ def main():
     ap.add_argument("--minutes", type=float, default=10.0)
     ap.add_argument("--readers", type=int, default=64)
     ap.add_argument("--ranks", type=int, default=4, help="ranks served by the mount")
+    ap.add_argument("--pattern", choices=("loader", "scattered"), default="loader",
+                    help="loader: the readers are each rank's DataLoader workers, sharing "
+                         "its epoch folder batch by batch, epoch after epoch; scattered: each "
+                         "reader reads a whole (rank, epoch) folder of its own, so many epochs "
+                         "of a rank are read at once (a cache-thrashing stress pattern)")
     ap.add_argument("--samples", type=int, default=6000)
     ap.add_argument("--mean-bytes", type=int, default=20000)
     ap.add_argument("--shard-bytes", type=int, default=1 << 21)
     ap.add_argument("--fault-rate", type=float, default=None,
                     help="share of GETs faulted (default 0.3; 0.2 with --short)")
-    ap.add_argument("--memory-limit", type=int, default=4 << 20,
-                    help="the mount's memory tier: small, so the bounded cache fills within "
-                         "seconds and RSS growth after that shows leaks, not the tier filling")
+    ap.add_argument("--memory-limit", type=int, default=16 << 20,
+                    help="the mount's --memory-limit: half for shards being downloaded (8 MiB, "
+                         "a part per connection), half for the memory tier, small so that it "
+                         "fills within seconds and RSS growth after that shows leaks")
     ap.add_argument("--part-bytes", type=int, default=None,
                     help="the mount's --fetch-part-size (default: a quarter of --shard-bytes, "
                          "so shards come as parallel ranged parts, as 64 MiB shards do)")
@@ -209,8 +272,9 @@ def run(args, bins, procs, work):
     wait_for(up, 60, "the bench S3 server")
 
     epochs = 50
+    batch = 8
     order = ["--shuffle", "--ranks-per-node", str(args.ranks), "--workers", "2",
-             "--batch-size", "8", "--epochs", str(epochs)]
+             "--batch-size", str(batch), "--epochs", str(epochs)]
     mnt, ref = os.path.join(work, "mnt"), os.path.join(work, "ref")
     os.makedirs(mnt)
     os.makedirs(ref)
@@ -232,7 +296,8 @@ def run(args, bins, procs, work):
     procs.mounts.append(ref)
     wait_for(lambda: os.path.ismount(mnt) and os.path.ismount(ref), 120, "the two mounts")
     log(f"mounted; cache limit {limit / 1e6:.1f} MB (a third of the dataset), "
-        f"{args.readers} readers, {args.minutes} min, fault rate {args.fault_rate}")
+        f"{args.readers} readers ({args.pattern} pattern), {args.minutes} min, "
+        f"fault rate {args.fault_rate}")
 
     ctx = mp.get_context("fork")
     jobs, out = ctx.Queue(), ctx.Queue()
@@ -243,15 +308,21 @@ def run(args, bins, procs, work):
             jobs.put((rank, e))
     start = time.time()
     deadline = start + args.minutes * 60
-    workers = [ctx.Process(target=reader, args=(i, jobs, mnt, ref, start, deadline, out))
+
+    def folders(i):
+        if args.pattern == "loader":
+            return loader_folders(i, args.readers, args.ranks, epochs, batch)
+        return scattered_folders(jobs)
+    workers = [ctx.Process(target=reader, args=(i, folders(i), mnt, ref, start, deadline, out))
                for i in range(args.readers)]
     for w in workers:
         w.start()
-    samples, kinds = [], []
+    samples, kinds, counters = [], [], []
     while time.time() < deadline:
         samples.append((time.time() - start, rss_kb(m.pid), fds(m.pid)))
         if len(samples) % 10 == 0:
             kinds.append(fd_kinds(m.pid))
+            counters.append((time.time() - start, cache_counters(mnt)))
         time.sleep(1)
     results = [out.get(timeout=120) for _ in workers]
     for w in workers:
@@ -275,6 +346,7 @@ def run(args, bins, procs, work):
     cache = status["cache"][0]
     report = {
         "minutes": round(elapsed / 60, 2), "readers": args.readers, "ranks": args.ranks,
+        "pattern": args.pattern,
         "dataset_mb": round(dataset_bytes / 1e6, 1), "cache_limit_mb": round(limit / 1e6, 1),
         "fault_rate": args.fault_rate, **total,
         "files_per_s": round(total["files"] / elapsed, 1),
@@ -290,6 +362,8 @@ def run(args, bins, procs, work):
         "fds_per_minute": [window(60 * k, 60 * (k + 1))["fds"]
                            for k in range(int(elapsed // 60) + 1)],
         "rss_mb_max": round(max((x[1] for x in samples), default=0) / 1024, 1),
+        # The cache's work in each minute: downloads, hits, evictions, rejected transfers.
+        "cache_per_minute": counters_per_minute(counters, int(elapsed // 60) + 1),
         "fds_max": max((x[2] for x in samples), default=0),
         # Sampled every 10 s: the most of each kind seen, and the last sample.
         "fd_kinds_max": {k: max((x[k] for x in kinds), default=0)
