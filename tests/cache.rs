@@ -375,6 +375,49 @@ fn concurrent_gets_of_one_shard_download_it_once() {
 }
 
 #[test]
+fn a_read_that_waited_on_a_failed_prefetch_fetches_the_shard_again() {
+    let ds = fixtures().join("mds/compressed-zstd");
+    let tmp = tempfile::tempdir().unwrap();
+    let (faulty, counting, dataset) = instrumented(&ds, &quick_store());
+    let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+    let key = "shard.00000.mds.zstd";
+    // The prefetch's downloads are all corrupted (its whole verification budget), the first
+    // one slowly, so the read below arrives while the prefetch is still in flight.
+    faulty.inject(
+        Fault::Latency(Duration::from_millis(500)),
+        Some(key),
+        Some(1),
+    );
+    faulty.inject(Fault::Corrupt, Some(key), Some(3));
+    cache.prefetch(0);
+    let started = std::time::Instant::now();
+    while faulty.fired() == 0 {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "the prefetch never started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let h = cache
+        .get(0)
+        .expect("a read fetches again when the fill it waited on failed");
+    assert!(!h.is_empty());
+    assert_eq!(counting.for_key(key).gets, 4);
+    let st = cache.stats();
+    assert_eq!(
+        (st.fill_failures, st.verify_failures, st.shards_fetched),
+        (1, 3, 1)
+    );
+    drop(h);
+    // A read's own fill failing is still an error (the store keeps failing).
+    faulty.inject(Fault::Corrupt, Some("shard.00001.mds.zstd"), None);
+    assert!(matches!(
+        cache.get(1),
+        Err(CacheError::Corrupt { shard: 1, .. })
+    ));
+}
+
+#[test]
 fn reads_wait_for_room_taken_by_slow_fills_and_prefetch_gives_up() {
     // Budget: the two largest shards. Every GET is slow, so fills overlap and the budget is
     // often fully reserved by downloads in progress: reads must wait, never fail.

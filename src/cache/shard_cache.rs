@@ -637,9 +637,14 @@ impl ShardCache {
 
     /// Resident (and, if `pin`, pinned) on return (`Ok(true)`), or the error of the fill.
     /// `Ok(false)`: no room now and `wait` is [`RoomWait::GiveUp`]; nothing was done.
+    ///
+    /// A read (`pin`) that waited on a fill started by someone else (readahead, another read)
+    /// which failed starts one fill of its own before it fails: a read fails only after a fill
+    /// made for it failed past the retry budget, never because of another fill's bad luck.
     fn acquire(&self, shard: usize, pin: bool, wait: RoomWait) -> Result<bool, CacheError> {
         let need = self.dataset.shard(shard)?.raw.bytes;
         let mut counted = false;
+        let mut second_chance = pin;
         let deadline = Instant::now() + self.opts.pinned_wait;
         loop {
             let mut st = self.lock();
@@ -667,8 +672,16 @@ impl ShardCache {
                         Counters::add(&self.counters.disk_misses, 1);
                         counted = true;
                     }
-                    flight.wait()?;
-                    // Resident now (or evicted again already): look again.
+                    match flight.wait() {
+                        // Resident now (or evicted again already): look again.
+                        Ok(()) => {}
+                        // The failed fill left the slot absent: look again and fill it.
+                        Err(e) if second_chance => {
+                            second_chance = false;
+                            tracing::debug!(shard, error = %e, "a fill this read waited on failed; fetching again");
+                        }
+                        Err(e) => return Err(e),
+                    }
                 }
                 Slot::Absent => {
                     if !counted {
