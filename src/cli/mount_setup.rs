@@ -220,15 +220,17 @@ fn store_options(config: &MountConfig) -> StoreOptions {
 const DEFAULT_MEMORY_LIMIT: u64 = 256 << 20;
 
 /// How one stream's share of `--memory-limit` is split between shards being downloaded and
-/// the memory tier: `(tier, downloads)`. Downloads want one part per connection and get at
-/// most half of the share (a shard larger than that downloads alone); the tier takes the rest.
-/// A share of 0 turns the tier off and leaves downloads one part per connection.
+/// the memory tier: `(tier, downloads)`. Downloads want one part per connection (whole-shard
+/// GETs, part size 0, want no bound of their own) and get at most half of the share (a shard
+/// larger than that downloads alone); the tier takes the rest. A share of 0 turns the tier off
+/// and leaves downloads what they want (0: no bound, as [`CacheOptions::download_memory`] says).
 fn memory_split(share: u64, connections: usize, part_size: u64) -> (u64, u64) {
-    let wanted = (connections as u64).saturating_mul(part_size).max(1);
+    let wanted = (connections as u64).saturating_mul(part_size);
     if share == 0 {
         return (0, wanted);
     }
-    let downloads = wanted.min(share / 2).max(1);
+    let half = share / 2;
+    let downloads = if wanted == 0 { half } else { wanted.min(half) }.max(1);
     (share - downloads, downloads)
 }
 
@@ -427,10 +429,8 @@ mod tests {
 
     /// Memory the mount's caches may hold: every stream's tier and downloads.
     fn total(config: &MountConfig, streams: u64) -> u64 {
-        (0..streams)
-            .map(|_| cache_options(config, None, streams))
-            .map(|o| o.memory_limit + o.download_memory)
-            .sum()
+        let o = cache_options(config, None, streams);
+        streams * (o.memory_limit + o.download_memory)
     }
 
     #[test]
@@ -462,7 +462,18 @@ mod tests {
         let c = config(&["--memory-limit", "0", "--fetch-part-size", "1MiB"]);
         let o = cache_options(&c, None, 2);
         assert_eq!((o.memory_limit, o.download_memory), (0, 16 << 20));
-        assert_eq!(memory_split(0, 4, 0), (0, 1));
+        assert_eq!(memory_split(0, 4, 0), (0, 0));
         assert_eq!(memory_split(1, 4, 1 << 20), (0, 1));
+    }
+
+    #[test]
+    fn whole_shard_downloads_get_half_of_the_limit_not_one_byte() {
+        // --fetch-part-size 0: one GET per shard, bounded only by the fetch concurrency and
+        // half of the memory limit (a budget of 1 byte would download one shard at a time).
+        let c = config(&["--fetch-part-size", "0"]);
+        let o = cache_options(&c, None, 1);
+        assert_eq!((o.memory_limit, o.download_memory), (128 << 20, 128 << 20));
+        let c = config(&["--fetch-part-size", "0", "--memory-limit", "0"]);
+        assert_eq!(cache_options(&c, None, 1).download_memory, 0);
     }
 }
