@@ -563,6 +563,42 @@ impl ShardCache {
         }
     }
 
+    /// Asks the kernel to start reading sample `i` of `shard` from the cached file into the
+    /// page cache (`posix_fadvise(WILLNEED)`), so a read that comes soon finds it there
+    /// instead of waiting for the disk. Does nothing (false) unless the shard is resident with
+    /// its file open and its verified header in memory, or when the memory tier holds the
+    /// sample: it never blocks on the store, the disk or a checksum.
+    pub fn advise_sample(&self, shard: usize, i: u32) -> bool {
+        if self.memory.sample(shard, i).is_some() {
+            return false;
+        }
+        let Some(header) = self.memory.header(shard) else {
+            return false;
+        };
+        let Ok(range) = header.sample_range(i) else {
+            return false;
+        };
+        let file = match self.lock().slots.get(shard) {
+            Some(Slot::Resident { file: Some(f), .. }) => f.clone(),
+            _ => return false,
+        };
+        let (Ok(offset), Ok(len)) = (
+            libc::off_t::try_from(range.start),
+            libc::off_t::try_from(range.end.saturating_sub(range.start)),
+        ) else {
+            return false;
+        };
+        use std::os::fd::AsRawFd;
+        // SAFETY: the descriptor is open for as long as `file` lives; the call reads no memory.
+        let rc = unsafe {
+            libc::posix_fadvise(file.as_raw_fd(), offset, len, libc::POSIX_FADV_WILLNEED)
+        };
+        if rc == 0 {
+            Counters::add(&self.counters.advised, 1);
+        }
+        rc == 0
+    }
+
     /// Sample `i` without filling the disk tier: memory, else the cached file if resident,
     /// else ranged GETs (header + sample) for an uncompressed shard, else a full fill.
     /// Ranged bytes are not hash-checked: they answer `stat`, never a read.
@@ -626,6 +662,7 @@ impl ShardCache {
             evictions: Counters::load(&c.evictions),
             fill_failures: Counters::load(&c.fill_failures),
             disk_write_failures: Counters::load(&c.disk_write_failures),
+            samples_advised: Counters::load(&c.advised),
             verify_failures: Counters::load(&c.verify_failures),
             usage_bytes: st.usage,
             limit_bytes: self.limit,

@@ -28,6 +28,9 @@ pub struct CacheStats {
     pub verify_failures: u64,
     /// Verified shards that could not be written to the cache disk (full or failing).
     pub disk_write_failures: u64,
+    /// Samples of cached shards the kernel was asked to read ahead into the page cache
+    /// (the readahead's disk-tier advice).
+    pub samples_advised: u64,
     /// Bytes of shards currently on disk.
     pub usage_bytes: u64,
     /// The disk budget (`u64::MAX` when unlimited).
@@ -53,6 +56,7 @@ pub(crate) struct Counters {
     pub fill_failures: AtomicU64,
     pub verify_failures: AtomicU64,
     pub disk_write_failures: AtomicU64,
+    pub advised: AtomicU64,
     /// How long whole-shard downloads (with verification) took.
     pub fetch_latency: crate::latency::LatencyHistogram,
 }

@@ -173,6 +173,11 @@ fn families(status: &Value) -> Vec<(&'static str, &'static str, Family)> {
         Family::Counter(one(&ra["prefetches"])),
     ));
     out.push((
+        "shardfs_samples_advised",
+        "Samples of cached shards asked into the page cache ahead of their readers.",
+        Family::Counter(one(&ra["samples_advised"])),
+    ));
+    out.push((
         "shardfs_fetches_in_flight",
         "Readahead fetches running now.",
         Family::Gauge(one(&ra["fetches_in_flight"])),

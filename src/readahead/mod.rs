@@ -64,6 +64,13 @@ pub const REPLAN_FRACTION: u64 = 32;
 /// Shards of positions read this recently (behind the cursor) are kept while resident: a
 /// worker may still be reading the sample's other files.
 pub const BACK_MARGIN: u64 = 256;
+/// Positions ahead of each cursor whose samples are kept advised: a resident shard's bytes
+/// for them are asked into the page cache ([`ShardSource::advise`]) before the reader comes,
+/// so a cached shard read with a cold page cache waits for the disk in parallel, not one
+/// sample at a time.
+pub const ADVISE_AHEAD: u64 = 256;
+/// The advice is topped up when the cursor has eaten this many of its positions.
+pub const ADVISE_STEP: u64 = 32;
 /// Unread positions at most this far behind the cursor are still planned for (slower workers
 /// will read them); further back, a position is taken as skipped.
 pub const MAX_SPREAD: u64 = JUMP_BACK;
@@ -96,6 +103,12 @@ pub trait ShardSource: Send + Sync {
     /// Makes the shard resident, blocking until it is (does not keep it pinned); may return
     /// `Ok` without fetching when the cache has no room for it now (a prefetch never waits).
     fn fetch(&self, shard: u32) -> Result<(), String>;
+    /// Starts loading global sample `sample` from local disk into the page cache when its
+    /// shard is resident (a hint: never blocks, never fetches). False when nothing was
+    /// started (not resident, already in memory, no local file).
+    fn advise(&self, _sample: u64) -> bool {
+        false
+    }
 }
 
 /// Tuning of the scheduler.
@@ -150,6 +163,13 @@ struct Cursor {
     first_read: OnceLock<Instant>,
     /// When the current epoch's first read came and at which position (for samples/s).
     epoch_start: Mutex<Option<(u64, Instant, u64)>>,
+    /// The first position not advised yet, as (epoch, position); kept by the planner.
+    advised: Mutex<(u64, u64)>,
+    /// Position of the cursor's epoch up to which advice reaches (`u64::MAX` when it
+    /// reaches into the next epoch): the reads compare against it without a lock.
+    advised_to: AtomicU64,
+    /// Set by a read when the advice runs short, cleared by the planner.
+    advice_due: std::sync::atomic::AtomicBool,
 }
 
 impl Cursor {
@@ -165,6 +185,9 @@ impl Cursor {
             low: AtomicU64::new(0),
             first_read: OnceLock::new(),
             epoch_start: Mutex::new(None),
+            advised: Mutex::new((0, 0)),
+            advised_to: AtomicU64::new(0),
+            advice_due: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -255,6 +278,10 @@ impl Cursor {
 struct Queue {
     generation: u64,
     planned: u64,
+    /// Requests for advice (a cursor's ran short, see [`ADVISE_STEP`]) ...
+    advice: u64,
+    /// ... and how many of them the planner has answered.
+    advice_done: u64,
     pending: VecDeque<u32>,
     in_flight: HashSet<u32>,
     stop: bool,
@@ -274,6 +301,7 @@ struct Inner {
     prefetches: AtomicU64,
     prefetch_errors: AtomicU64,
     plans: AtomicU64,
+    advised: AtomicU64,
 }
 
 /// The node's readahead scheduler: rank orders, cursors, the plan and the fetch workers.
@@ -304,6 +332,7 @@ impl Readahead {
             prefetches: AtomicU64::new(0),
             prefetch_errors: AtomicU64::new(0),
             plans: AtomicU64::new(0),
+            advised: AtomicU64::new(0),
         });
         let mut threads = Vec::new();
         let i = inner.clone();
@@ -375,6 +404,13 @@ impl Readahead {
             let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.generation += 1;
             self.inner.wake_planner.notify_one();
+        } else if position.saturating_add(ADVISE_AHEAD)
+            >= c.advised_to.load(Relaxed).saturating_add(ADVISE_STEP)
+            && !c.advice_due.swap(true, Relaxed)
+        {
+            let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.advice += 1;
+            self.inner.wake_planner.notify_one();
         }
     }
 
@@ -432,7 +468,11 @@ impl Readahead {
         loop {
             {
                 let q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
-                if q.planned == q.generation && q.pending.is_empty() && q.in_flight.is_empty() {
+                if q.planned == q.generation
+                    && q.advice == q.advice_done
+                    && q.pending.is_empty()
+                    && q.in_flight.is_empty()
+                {
                     return true;
                 }
             }
@@ -484,6 +524,7 @@ impl Readahead {
             "prefetches": i.prefetches.load(Relaxed),
             "prefetch_errors": i.prefetch_errors.load(Relaxed),
             "plans": i.plans.load(Relaxed),
+            "samples_advised": i.advised.load(Relaxed),
             "fetches_pending": pending,
             "fetches_in_flight": in_flight,
             "ranks": ranks,
@@ -508,15 +549,24 @@ impl Drop for Readahead {
 impl Inner {
     fn plan_loop(&self) {
         loop {
-            let generation = {
+            let (generation, asked) = {
                 let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
-                while !q.stop && q.planned == q.generation {
+                while !q.stop && q.planned == q.generation && q.advice == q.advice_done {
                     q = self.wake_planner.wait(q).unwrap_or_else(|e| e.into_inner());
                 }
                 if q.stop {
                     return;
                 }
-                q.generation
+                if q.planned == q.generation {
+                    // Only the advice ran short: top it up without a new plan.
+                    let asked = q.advice;
+                    drop(q);
+                    self.advise();
+                    let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                    q.advice_done = q.advice_done.max(asked);
+                    continue;
+                }
+                (q.generation, q.advice)
             };
             let (next_use, wanted) = self.plan();
             if let Ok(mut m) = self.next_use.write() {
@@ -531,6 +581,84 @@ impl Inner {
             q.planned = generation;
             self.plans.fetch_add(1, Relaxed);
             self.wake_fetchers.notify_all();
+            drop(q);
+            // After the fetches are queued: they must not wait for the advice.
+            self.advise();
+            let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.advice_done = q.advice_done.max(asked);
+        }
+    }
+
+    /// Keeps the samples of the next [`ADVISE_AHEAD`] positions of every rank advised (into
+    /// the page cache, where their shards are on disk), each position once, continuing into
+    /// the next epoch near the end of one. Cheap: a few lookups and one `posix_fadvise` per
+    /// position, so it runs more often than a plan.
+    fn advise(&self) {
+        for (r, c) in self.cursors.iter().enumerate() {
+            c.advice_due.store(false, Relaxed);
+            let pos = c.position.load(Relaxed);
+            if pos == NO_POSITION {
+                continue;
+            }
+            let epoch = c.epoch.load(Relaxed);
+            let mut mark = c.advised.lock().unwrap_or_else(|e| e.into_inner());
+            // Positions in the cursor's epoch (for the distance to the next one's).
+            let mut epoch_len = None;
+            let mut len_of_epoch = || {
+                *epoch_len.get_or_insert_with(|| {
+                    self.orders
+                        .epoch(epoch)
+                        .ok()
+                        .and_then(|o| o.get(r).map(|o| o.len() as u64))
+                        .unwrap_or(0)
+                })
+            };
+            // A mark the last pass left (one past its last position) or nearer.
+            let near = |ahead: u64| ahead <= ADVISE_AHEAD + 1;
+            let (mut e, mut p) = match *mark {
+                (e, p) if e == epoch && p > pos && near(p - pos) => (e, p),
+                (e, p)
+                    if e == epoch.saturating_add(1)
+                        && near(len_of_epoch().saturating_sub(pos).saturating_add(p)) =>
+                {
+                    (e, p)
+                }
+                _ => (epoch, pos.saturating_add(1)),
+            };
+            let mut orders: Option<(u64, Option<RankOrder>)> = None;
+            loop {
+                let ahead = if e == epoch {
+                    p.saturating_sub(pos)
+                } else {
+                    // Positions left in the cursor's epoch, then those of the next one.
+                    len_of_epoch().saturating_sub(pos).saturating_add(p)
+                };
+                if ahead > ADVISE_AHEAD || e > epoch.saturating_add(1) {
+                    break;
+                }
+                if self.opts.last_epoch.is_some_and(|last| e > last) {
+                    break;
+                }
+                if orders.as_ref().is_none_or(|(oe, _)| *oe != e) {
+                    let o = self.orders.epoch(e).ok().and_then(|o| o.get(r).cloned());
+                    orders = Some((e, o));
+                }
+                let Some((_, Some(order))) = &orders else {
+                    break;
+                };
+                let Some(sample) = usize::try_from(p).ok().and_then(|i| order.get(i)) else {
+                    e += 1;
+                    p = 0;
+                    continue;
+                };
+                if self.shards.advise(sample) {
+                    self.advised.fetch_add(1, Relaxed);
+                }
+                p += 1;
+            }
+            *mark = (e, p);
+            c.advised_to
+                .store(if e == epoch { p } else { u64::MAX }, Relaxed);
         }
     }
 

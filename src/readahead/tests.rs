@@ -8,6 +8,7 @@ struct Counting {
     per_shard: u64,
     resident: Mutex<HashSet<u32>>,
     fetches: Mutex<Vec<u32>>,
+    advised: Mutex<Vec<u64>>,
 }
 
 impl ShardSource for Counting {
@@ -24,6 +25,13 @@ impl ShardSource for Counting {
         self.fetches.lock().unwrap().push(shard);
         self.resident.lock().unwrap().insert(shard);
         Ok(())
+    }
+    fn advise(&self, sample: u64) -> bool {
+        let resident = self.is_resident((sample / self.per_shard) as u32);
+        if resident {
+            self.advised.lock().unwrap().push(sample);
+        }
+        resident
     }
 }
 
@@ -52,6 +60,7 @@ fn setup_counting(
         per_shard: 10,
         resident: Mutex::new(HashSet::new()),
         fetches: Mutex::new(Vec::new()),
+        advised: Mutex::new(Vec::new()),
     });
     let ranks = orders.len();
     let ra = Readahead::new(
@@ -356,6 +365,7 @@ fn the_walk_stops_at_the_last_epoch_the_job_reads() {
             per_shard: 10,
             resident: Mutex::new(HashSet::new()),
             fetches: Mutex::new(Vec::new()),
+            advised: Mutex::new(Vec::new()),
         });
         let ra = Readahead::new(
             Box::new(Fixed(vec![(0..100).collect()], computed)),
@@ -377,4 +387,56 @@ fn the_walk_stops_at_the_last_epoch_the_job_reads() {
         f.dedup();
         assert_eq!(f, want, "last epoch {last_epoch:?}");
     }
+}
+
+#[test]
+fn samples_ahead_of_the_reader_are_advised_once_each_into_the_next_epoch() {
+    // One rank, 600 positions per epoch (samples in reverse, so a position is not its
+    // sample), every shard on disk: the next ADVISE_AHEAD positions are advised, each once,
+    // topped up as the reader goes, and the advice runs on into the next epoch's first ones.
+    let order: Vec<u64> = (0..600).rev().collect();
+    let (ra, src) = setup(vec![order.clone()], 1 << 40);
+    src.resident.lock().unwrap().extend(0..60);
+    ra.on_read(0, 0, 0);
+    assert!(ra.wait_idle(Duration::from_secs(5)));
+    let advised = src.advised.lock().unwrap().clone();
+    let ahead = ADVISE_AHEAD as usize;
+    assert_eq!(
+        advised,
+        order[1..=ahead].to_vec(),
+        "the positions after the cursor"
+    );
+    for p in 1..=500 {
+        ra.on_read(0, 0, p);
+        // A reader slower than the planner (one that outruns it skips positions passed).
+        if p % 16 == 0 {
+            assert!(ra.wait_idle(Duration::from_secs(5)));
+        }
+    }
+    assert!(ra.wait_idle(Duration::from_secs(5)));
+    let advised = src.advised.lock().unwrap().clone();
+    // Each position once: 1..600 of epoch 0, then the next epoch's first ones (the same
+    // order here), at most ADVISE_AHEAD past the cursor at 500.
+    assert_eq!(advised.get(..599), Some(&order[1..600]));
+    let next = advised.get(599..).unwrap_or_default();
+    assert!(
+        !next.is_empty() && next.len() <= ahead - 99,
+        "{}",
+        next.len()
+    );
+    assert_eq!(next, &order[..next.len()]);
+    // The reader restarts elsewhere (epoch 2): the advice follows it there.
+    ra.on_read(0, 2, 0);
+    assert!(ra.wait_idle(Duration::from_secs(5)));
+    let after = src.advised.lock().unwrap().clone();
+    assert_eq!(after.get(advised.len()..), Some(&order[1..=ahead]));
+}
+
+#[test]
+fn samples_of_shards_not_on_disk_are_not_advised() {
+    let (ra, src) = setup(vec![(0..100).collect()], 0);
+    ra.on_read(0, 0, 0);
+    assert!(ra.wait_idle(Duration::from_secs(5)));
+    assert!(src.advised.lock().unwrap().is_empty());
+    assert_eq!(ra.status()["samples_advised"], 0);
 }

@@ -34,6 +34,11 @@ pub trait ShardStore: Send + Sync {
     }
     /// Whether the shard can be read now without waiting for the store.
     fn is_resident(&self, shard: usize) -> bool;
+    /// For readahead: starts loading sample `i` of a resident shard from local disk into
+    /// the page cache; never blocks. False when nothing was started.
+    fn advise(&self, _shard: usize, _i: u32) -> bool {
+        false
+    }
     /// Live counters for `status.json`.
     fn status(&self) -> serde_json::Value;
     /// Where the shards come from (the dataset's URL), for error messages.
@@ -68,6 +73,9 @@ impl ShardStore for CachedShards {
     }
     fn is_resident(&self, shard: usize) -> bool {
         self.0.is_resident(shard)
+    }
+    fn advise(&self, shard: usize, i: u32) -> bool {
+        self.0.advise_sample(shard, i)
     }
     fn source(&self) -> String {
         self.0.dataset().id().source.clone()
@@ -248,6 +256,11 @@ impl ShardSource for MdsDataset {
         self.stream_of_shard(shard)
             .map(|(s, k)| s.shards.is_resident(k))
             .unwrap_or(false)
+    }
+
+    fn advise(&self, sample: u64) -> bool {
+        self.locate(sample)
+            .is_some_and(|(s, shard, i)| s.shards.advise(shard, i))
     }
 
     fn fetch(&self, shard: u32) -> Result<(), String> {

@@ -108,3 +108,33 @@ fn live_status_refreshes_on_a_terminal_and_ends_with_the_mount() {
     assert!(screen.contains("samples/s"), "{screen}");
     assert!(screen.contains("cache "), "{screen}");
 }
+
+#[test]
+fn samples_of_cached_shards_are_advised_ahead_of_their_reader() {
+    // Epoch 0 fills the cache; reading epoch 1 in order then makes the readahead ask the
+    // kernel for the next samples' bytes of the shards on disk (status shows the count).
+    let m = Mount::new(
+        fixtures().join("mds/basic").to_str().unwrap(),
+        &["--shuffle", "--epochs", "2"],
+    );
+    for epoch in ["rank-0/epoch-0", "rank-0/epoch-1"] {
+        for n in m.list(epoch) {
+            std::fs::read(m.mnt.join(epoch).join(n)).unwrap();
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let (planned, cached) = loop {
+        let v = m.status();
+        let planned = v["readahead"]["samples_advised"].as_u64().unwrap();
+        let cached = v["cache"][0]["samples_advised"].as_u64().unwrap();
+        if (planned > 0 && cached > 0) || Instant::now() > deadline {
+            break (planned, cached);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(planned > 0, "no sample advised: {}", m.status());
+    assert_eq!(
+        planned, cached,
+        "every advice the planner counts reached the cache"
+    );
+}
