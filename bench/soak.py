@@ -356,6 +356,8 @@ def run(args, bins, procs, work):
         "shards_fetched": cache["shards_fetched"], "evictions": cache["evictions"],
         "verify_failures_caught": cache["verify_failures"],
         "fill_failures": cache["fill_failures"], "shard_errors": status["errors"]["count"],
+        # Requests the mount answered with EIO, by kind (read / size look-up), repeats included.
+        "eio_answers": status["errors"].get("answers", {}),
         "rss_fds_first_window": first, "rss_fds_last_window": last,
         "rss_mb_per_minute": [window(60 * k, 60 * (k + 1))["rss_mb"]
                               for k in range(int(elapsed // 60) + 1)],

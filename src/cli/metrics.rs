@@ -259,6 +259,17 @@ fn families(status: &Value) -> Vec<(&'static str, &'static str, Family)> {
     if let Some(n) = num(&ra["prefetch_errors"]) {
         errors.push((label(&[("kind", "prefetch_failed")]), n));
     }
+    let answers: Vec<_> = ["read", "size"]
+        .iter()
+        .filter_map(|op| num(&status["errors"]["answers"][*op]).map(|n| (label(&[("op", op)]), n)))
+        .collect();
+    if !answers.is_empty() {
+        out.push((
+            "shardfs_error_answers",
+            "Requests answered with an error because their shard was unavailable, by kind: reads of sample files (read) and look-ups of sizes not known yet (size); repeats included.",
+            Family::Counter(answers),
+        ));
+    }
     out.push(("shardfs_errors", "Failures by kind: reads answered EIO (shard_unavailable), failed shard fills, downloads or cached files that failed verification, shards the cache disk could not take, failed prefetches.", Family::Counter(errors)));
     out.push((
         "shardfs_uptime_seconds",

@@ -282,6 +282,8 @@ struct Queue {
     advice: u64,
     /// ... and how many of them the planner has answered.
     advice_done: u64,
+    /// The planner is topping up the advice after a plan (for [`Readahead::wait_idle`]).
+    advising: bool,
     pending: VecDeque<u32>,
     in_flight: HashSet<u32>,
     stop: bool,
@@ -470,6 +472,7 @@ impl Readahead {
                 let q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
                 if q.planned == q.generation
                     && q.advice == q.advice_done
+                    && !q.advising
                     && q.pending.is_empty()
                     && q.in_flight.is_empty()
                 {
@@ -579,12 +582,14 @@ impl Inner {
                 .collect();
             q.pending = pending;
             q.planned = generation;
+            q.advising = true;
             self.plans.fetch_add(1, Relaxed);
             self.wake_fetchers.notify_all();
             drop(q);
             // After the fetches are queued: they must not wait for the advice.
             self.advise();
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+            q.advising = false;
             q.advice_done = q.advice_done.max(asked);
         }
     }

@@ -12,7 +12,7 @@ use super::inode::{ColumnNo, Epoch, Fixed, Ino, LocalRank, Node, Position, Sampl
 use super::names::{file_name, parse_epoch_dir, parse_file_name, parse_rank_dir, width_for};
 use super::recent::{KnownSizes, Named, RecentNames};
 use super::source::{SampleSource, SourceError};
-use super::status::ErrorLog;
+use super::status::{ErrorLog, FailedOp};
 use crate::readahead::{RankOrder, Readahead};
 
 /// Kind of a node.
@@ -271,7 +271,7 @@ impl Vfs {
                 self.sizes.record(sample, col, size);
                 Ok(self.file_attr(ino, size))
             }
-            Err(e) => Err(self.source_failed(e)),
+            Err(e) => Err(self.source_failed(e, FailedOp::Size)),
         }
     }
 
@@ -310,9 +310,9 @@ impl Vfs {
         })
     }
 
-    fn source_failed(&self, e: SourceError) -> VfsError {
+    fn source_failed(&self, e: SourceError, op: FailedOp) -> VfsError {
         if let SourceError::Shard { store, shard, why } = &e {
-            self.errors.record(store, shard, why);
+            self.errors.record(store, shard, why, op);
         }
         e.into()
     }
@@ -517,7 +517,7 @@ impl Vfs {
         if !resident {
             self.readahead.record_stall(started.elapsed());
         }
-        r.map_err(|e| self.source_failed(e))
+        r.map_err(|e| self.source_failed(e, FailedOp::Read))
     }
 
     /// The current `status.json` bytes.

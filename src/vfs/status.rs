@@ -9,17 +9,36 @@ const KEEP: usize = 32;
 /// is the same failure seen again (a file's lookup and then its read), not a new one.
 const SAME_FAILURE_SECS: u64 = 2;
 
+/// What a failed request was doing: a read of a sample file's bytes, or finding its size
+/// (a LOOKUP or GETATTR before the shard was read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailedOp {
+    /// READ of a sample file.
+    Read,
+    /// LOOKUP or GETATTR of a sample file whose size was not known yet.
+    Size,
+}
+
 /// The last few shard failures and how many there were.
 #[derive(Default)]
 pub struct ErrorLog {
     inner: Mutex<(u64, VecDeque<serde_json::Value>)>,
+    /// Requests answered with an error because of a shard failure, by kind (every one,
+    /// repeats included): tells failed reads from failed look-ups of file sizes.
+    read_answers: std::sync::atomic::AtomicU64,
+    size_answers: std::sync::atomic::AtomicU64,
 }
 
 impl ErrorLog {
-    /// Records that `shard` of the dataset at `store` failed for `why` (also logged, one
-    /// line naming all three); a repeat of the latest failure within [`SAME_FAILURE_SECS`]
-    /// only refreshes its time.
-    pub fn record(&self, store: &str, shard: &str, why: &str) {
+    /// Records that `shard` of the dataset at `store` failed for `why` while answering a
+    /// request of kind `op` (also logged, one line naming all three); a repeat of the latest
+    /// failure within [`SAME_FAILURE_SECS`] only refreshes its time (the answer still counts).
+    pub fn record(&self, store: &str, shard: &str, why: &str, op: FailedOp) {
+        let answers = match op {
+            FailedOp::Read => &self.read_answers,
+            FailedOp::Size => &self.size_answers,
+        };
+        answers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let at = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -47,9 +66,17 @@ impl ErrorLog {
         g.1.truncate(KEEP);
     }
 
-    /// `{"count": n, "recent": [...]}`.
+    /// `{"count": n, "recent": [...], "answers": {"read": r, "size": s}}`.
     pub fn to_json(&self) -> serde_json::Value {
+        use std::sync::atomic::Ordering::Relaxed;
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        serde_json::json!({"count": g.0, "recent": g.1})
+        serde_json::json!({
+            "count": g.0,
+            "recent": g.1,
+            "answers": {
+                "read": self.read_answers.load(Relaxed),
+                "size": self.size_answers.load(Relaxed),
+            },
+        })
     }
 }

@@ -256,6 +256,9 @@ fn broken_shard_gives_eio_and_is_reported_while_others_work() {
     assert_eq!(status["errors"]["count"], 1);
     assert_eq!(status["errors"]["recent"][0]["shard"], "shard.00001.mds");
     assert_eq!(status["errors"]["recent"][0]["why"], "hash mismatch");
+    // ... but both answers count, by kind: the lookup's (size) and the read's.
+    assert_eq!(status["errors"]["answers"]["size"], 1);
+    assert_eq!(status["errors"]["answers"]["read"], 1);
 }
 
 #[test]
