@@ -428,12 +428,12 @@ impl Store for ObjectStoreBackend {
         &'a self,
         key: &'a ObjectKey,
         range: Range<u64>,
-        mut dest: bytes::BytesMut,
-    ) -> StoreFuture<'a, (bytes::BytesMut, super::EtagMd5s)> {
+        dest: &'a mut [u8],
+    ) -> StoreFuture<'a, super::EtagMd5s> {
         Box::pin(async move {
             let url = self.url_of(key);
             if range.start >= range.end {
-                return Ok((dest, (None, None)));
+                return Ok((None, None));
             }
             let result = self.start_get(key, &url, Some(range.clone())).await?;
             // A ranged answer carries the object's ETag; its checksum headers, if any, are
@@ -463,7 +463,7 @@ impl Store for ObjectStoreBackend {
                     got: at as u64,
                 });
             }
-            Ok((dest, tags))
+            Ok(tags)
         })
     }
 

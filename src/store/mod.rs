@@ -49,7 +49,7 @@ pub use parts::get_in_parts;
 pub use resilient::ResilientStore;
 pub use source::{Source, SourceKind};
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use futures::future::BoxFuture;
 use std::ops::Range;
 use std::sync::Arc;
@@ -117,14 +117,14 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// Bytes `range` of one object, written into `dest` (exactly as long as the range) as
     /// they arrive, with what the object's ETag says of the whole object (an S3 ETag: see
     /// [`Fetched::md5`], [`Fetched::multipart_md5`]). A range's checksum headers are not the
-    /// object's and are not used. By default the bytes of [`Store::get_range`], copied, and
-    /// no checksum.
+    /// object's and are not used. `dest` is borrowed, not taken, so a retry fills the same
+    /// bytes again. By default the bytes of [`Store::get_range`], copied, and no checksum.
     fn get_part_into<'a>(
         &'a self,
         key: &'a ObjectKey,
         range: Range<u64>,
-        mut dest: BytesMut,
-    ) -> StoreFuture<'a, (BytesMut, EtagMd5s)> {
+        dest: &'a mut [u8],
+    ) -> StoreFuture<'a, EtagMd5s> {
         Box::pin(async move {
             let bytes = self.get_range(key, range).await?;
             if bytes.len() != dest.len() {
@@ -135,7 +135,7 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
                 });
             }
             dest.copy_from_slice(&bytes);
-            Ok((dest, (None, None)))
+            Ok((None, None))
         })
     }
     /// Every object under `prefix` (all of the dataset when `None`), in no particular order.

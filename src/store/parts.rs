@@ -7,8 +7,8 @@
 //! [`super::ResilientStore`] caps the connections of all parts of all objects together.
 //!
 //! Each part's body is written straight into its place in one buffer as it arrives, so the
-//! object is held once and copied once (a retried part lands in a buffer of its own and is
-//! copied into place when the parts are joined). Each ranged answer carries the object's ETag; when two parts
+//! object is held once and copied once (a retried part fills the same place again). Each
+//! ranged answer carries the object's ETag; when two parts
 //! disagree the object was rewritten during the download and [`StoreError::Changed`] says so.
 
 use super::{EtagMd5s, Fetched, ObjectKey, Store, StoreChecksums, StoreError};
@@ -30,52 +30,34 @@ pub async fn get_in_parts(
         url: store.url_of(key),
         detail: format!("{size} bytes do not fit in memory on this machine"),
     })?;
-    // One allocation cut into the parts' places; reassembled without copying below.
-    let mut rest = BytesMut::zeroed(len);
-    let mut pending = FuturesUnordered::new();
-    let mut start = 0usize;
-    let mut index = 0usize;
-    while !rest.is_empty() {
-        let dest = rest.split_to(part_size.min(rest.len()));
-        let range = start as u64..(start + dest.len()) as u64;
-        let i = index;
-        start += dest.len();
-        index += 1;
-        pending.push(async move { (i, range.start, store.get_part_into(key, range, dest).await) });
-    }
-    let mut parts: Vec<Option<BytesMut>> = (0..index).map(|_| None).collect();
+    // One buffer for the object; each part is filled in place (retries included), so the
+    // parts need no assembling and a shard takes its own size in memory, no more.
+    let mut whole = BytesMut::zeroed(len);
     let mut agreed: Option<EtagMd5s> = None;
-    while let Some((i, at, part)) = pending.next().await {
-        let (bytes, tag) = part?;
-        match &agreed {
-            None => agreed = Some(tag),
-            Some(first) if *first == tag => {}
-            Some(first) => {
-                return Err(StoreError::Changed {
-                    url: store.url_of(key),
-                    detail: format!(
-                        "part at byte {at} has ETag {}, an earlier part {}",
-                        describe(&tag),
-                        describe(first)
-                    ),
-                })
+    {
+        let mut pending = FuturesUnordered::new();
+        for (i, dest) in whole.chunks_mut(part_size).enumerate() {
+            let at = i.saturating_mul(part_size);
+            let range = at as u64..(at + dest.len()) as u64;
+            pending.push(async move { (at, store.get_part_into(key, range, dest).await) });
+        }
+        while let Some((at, part)) = pending.next().await {
+            let tag = part?;
+            match &agreed {
+                None => agreed = Some(tag),
+                Some(first) if *first == tag => {}
+                Some(first) => {
+                    return Err(StoreError::Changed {
+                        url: store.url_of(key),
+                        detail: format!(
+                            "part at byte {at} has ETag {}, an earlier part {}",
+                            describe(&tag),
+                            describe(first)
+                        ),
+                    })
+                }
             }
         }
-        if let Some(slot) = parts.get_mut(i) {
-            *slot = Some(bytes);
-        }
-    }
-    let mut whole = BytesMut::new();
-    for part in parts.into_iter().flatten() {
-        // O(1) for parts still in their place; a part a retry refilled elsewhere is copied.
-        whole.unsplit(part);
-    }
-    if whole.len() != len {
-        return Err(StoreError::ShortBody {
-            url: store.url_of(key),
-            expected: size,
-            got: whole.len() as u64,
-        });
     }
     let (md5, multipart_md5) = agreed.unwrap_or((None, None));
     Ok(Fetched {
@@ -127,15 +109,16 @@ mod tests {
             &'a self,
             _key: &'a ObjectKey,
             r: Range<u64>,
-            mut dest: BytesMut,
-        ) -> StoreFuture<'a, (BytesMut, EtagMd5s)> {
+            dest: &'a mut [u8],
+        ) -> StoreFuture<'a, EtagMd5s> {
             Box::pin(async move {
                 let n = self.reads.fetch_add(1, Ordering::SeqCst);
                 let version = u8::from(n >= self.changes_after);
                 dest.copy_from_slice(&self.data[r.start as usize..r.end as usize]);
-                Ok((dest, (Some([version; 16]), None)))
+                Ok((Some([version; 16]), None))
             })
         }
+
         fn list<'a>(&'a self, _p: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
             unimplemented!("not used")
         }
@@ -173,5 +156,98 @@ mod tests {
             err.to_string().contains("changed during the download"),
             "{err}"
         );
+    }
+}
+
+#[cfg(test)]
+mod retry_tests {
+    use super::*;
+    use crate::store::{ObjectInfo, ResilientStore, StoreFuture, StoreOptions, TransientKind};
+    use bytes::Bytes;
+    use std::collections::HashMap;
+    use std::ops::Range;
+    use std::sync::{Arc, Mutex};
+    use std::time::Duration;
+
+    /// Fails the first attempt at every part after scribbling over its bytes, and records
+    /// where each attempt was asked to write.
+    #[derive(Debug)]
+    struct FailsFirst {
+        data: Bytes,
+        attempts: Mutex<HashMap<u64, Vec<usize>>>,
+    }
+
+    impl Store for FailsFirst {
+        fn url_of(&self, key: &ObjectKey) -> String {
+            format!("mem://{key}")
+        }
+        fn head<'a>(&'a self, _key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo> {
+            unimplemented!("not used")
+        }
+        fn get_range<'a>(&'a self, _k: &'a ObjectKey, _r: Range<u64>) -> StoreFuture<'a, Bytes> {
+            unimplemented!("not used")
+        }
+        fn get<'a>(&'a self, _key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
+            unimplemented!("not used")
+        }
+        fn get_part_into<'a>(
+            &'a self,
+            key: &'a ObjectKey,
+            r: Range<u64>,
+            dest: &'a mut [u8],
+        ) -> StoreFuture<'a, EtagMd5s> {
+            Box::pin(async move {
+                let first = {
+                    let mut a = self.attempts.lock().expect("lock");
+                    let seen = a.entry(r.start).or_default();
+                    seen.push(dest.as_ptr() as usize);
+                    seen.len() == 1
+                };
+                if first {
+                    dest.fill(0xff);
+                    return Err(StoreError::Transient {
+                        url: self.url_of(key),
+                        kind: TransientKind::Connection,
+                        detail: "reset mid-body".into(),
+                    });
+                }
+                dest.copy_from_slice(&self.data[r.start as usize..r.end as usize]);
+                Ok((None, None))
+            })
+        }
+        fn list<'a>(&'a self, _p: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
+            unimplemented!("not used")
+        }
+    }
+
+    #[tokio::test]
+    async fn a_retried_part_fills_its_own_place_again() {
+        let data = Bytes::from((0..1000u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
+        let inner = Arc::new(FailsFirst {
+            data: data.clone(),
+            attempts: Mutex::new(HashMap::new()),
+        });
+        let opts = StoreOptions {
+            initial_backoff: Duration::from_millis(1),
+            max_backoff: Duration::from_millis(2),
+            ..StoreOptions::default()
+        };
+        let store = ResilientStore::new(inner.clone(), &opts);
+        let key = ObjectKey::new("shard.00000.mds").expect("key");
+        let got = get_in_parts(&store, &key, 1000, 300).await.expect("get");
+        assert_eq!(
+            got.bytes, data,
+            "every part's bytes, none of the failed attempt's"
+        );
+        let start = got.bytes.as_ptr() as usize;
+        let attempts = inner.attempts.lock().expect("lock");
+        assert_eq!(attempts.len(), 4, "{attempts:?}");
+        for (at, ptrs) in attempts.iter() {
+            assert_eq!(ptrs.len(), 2, "part {at}: one failure, one retry");
+            assert!(
+                ptrs.iter().all(|&p| p == start + *at as usize),
+                "part {at}: both attempts write into the object's own buffer: {ptrs:?}"
+            );
+        }
     }
 }

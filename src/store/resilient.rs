@@ -51,6 +51,7 @@ impl ResilientStore {
         Duration::from_nanos(rand::rng().random_range(0..=nanos))
     }
 
+    /// Runs `op` until it succeeds, a non-retryable error, or the retry budget is spent.
     async fn run<'a, T, F, Fut>(&'a self, key: &'a ObjectKey, op: F) -> Result<T, StoreError>
     where
         F: Fn() -> Fut,
@@ -60,46 +61,65 @@ impl ResilientStore {
         let mut attempt: u32 = 0;
         loop {
             attempt += 1;
-            let result = {
-                let _permit = self
-                    .permits
-                    .acquire()
-                    .await
-                    .map_err(|_| StoreError::Other {
-                        url: self.inner.url_of(key),
-                        detail: "store is shutting down".into(),
-                    })?;
-                match tokio::time::timeout(self.timeout, op()).await {
-                    Ok(r) => r,
-                    Err(_) => Err(StoreError::Transient {
-                        url: self.inner.url_of(key),
-                        kind: TransientKind::Timeout,
-                        detail: format!("no complete response within {:?}", self.timeout),
-                    }),
-                }
-            };
-            match result {
-                Ok(v) => {
-                    if attempt > 1 {
-                        tracing::debug!(url = %self.inner.url_of(key), attempt, "request succeeded after retries");
-                    }
-                    return Ok(v);
-                }
-                Err(e) if e.is_retryable() && attempt <= self.max_retries => {
-                    let sleep = self.backoff(attempt - 1);
-                    tracing::info!(error = %e, attempt, backoff = ?sleep, "retrying request");
-                    tokio::time::sleep(sleep).await;
-                }
-                Err(e) if e.is_retryable() => {
-                    return Err(StoreError::RetriesExhausted {
-                        attempts: attempt,
-                        elapsed: start.elapsed(),
-                        last: Box::new(e),
-                    });
-                }
-                Err(e) => return Err(e),
+            match self.attempt(key, op()).await {
+                Ok(v) => return Ok(self.succeeded(key, attempt, v)),
+                Err(e) => tokio::time::sleep(self.after_failure(e, attempt, start)?).await,
             }
         }
+    }
+
+    /// One attempt: a concurrency permit held for all of it, and the request timeout.
+    async fn attempt<T>(
+        &self,
+        key: &ObjectKey,
+        request: impl Future<Output = Result<T, StoreError>>,
+    ) -> Result<T, StoreError> {
+        let _permit = self
+            .permits
+            .acquire()
+            .await
+            .map_err(|_| StoreError::Other {
+                url: self.inner.url_of(key),
+                detail: "store is shutting down".into(),
+            })?;
+        match tokio::time::timeout(self.timeout, request).await {
+            Ok(r) => r,
+            Err(_) => Err(StoreError::Transient {
+                url: self.inner.url_of(key),
+                kind: TransientKind::Timeout,
+                detail: format!("no complete response within {:?}", self.timeout),
+            }),
+        }
+    }
+
+    fn succeeded<T>(&self, key: &ObjectKey, attempt: u32, v: T) -> T {
+        if attempt > 1 {
+            tracing::debug!(url = %self.inner.url_of(key), attempt, "request succeeded after retries");
+        }
+        v
+    }
+
+    /// After attempt number `attempt` failed with `e`: how long to wait before the next one,
+    /// or the error to return (not retryable, or the retry budget is spent).
+    fn after_failure(
+        &self,
+        e: StoreError,
+        attempt: u32,
+        start: Instant,
+    ) -> Result<Duration, StoreError> {
+        if !e.is_retryable() {
+            return Err(e);
+        }
+        if attempt > self.max_retries {
+            return Err(StoreError::RetriesExhausted {
+                attempts: attempt,
+                elapsed: start.elapsed(),
+                last: Box::new(e),
+            });
+        }
+        let sleep = self.backoff(attempt - 1);
+        tracing::info!(error = %e, attempt, backoff = ?sleep, "retrying request");
+        Ok(sleep)
     }
 }
 
@@ -143,22 +163,20 @@ impl Store for ResilientStore {
         &'a self,
         key: &'a ObjectKey,
         range: Range<u64>,
-        dest: bytes::BytesMut,
-    ) -> StoreFuture<'a, (bytes::BytesMut, super::EtagMd5s)> {
+        dest: &'a mut [u8],
+    ) -> StoreFuture<'a, super::EtagMd5s> {
         Box::pin(async move {
-            // The first attempt fills `dest`; a failed attempt keeps its buffer, so a retry
-            // fills a new one (the caller then copies that part once when assembling).
-            let len = dest.len();
-            let first = std::sync::Mutex::new(Some(dest));
-            self.run(key, || {
-                let dest = first
-                    .lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .take()
-                    .unwrap_or_else(|| bytes::BytesMut::zeroed(len));
-                self.inner.get_part_into(key, range.clone(), dest)
-            })
-            .await
+            // Every attempt fills the same bytes: a retry needs no buffer of its own.
+            let start = Instant::now();
+            let mut attempt: u32 = 0;
+            loop {
+                attempt += 1;
+                let request = self.inner.get_part_into(key, range.clone(), &mut *dest);
+                match self.attempt(key, request).await {
+                    Ok(v) => return Ok(self.succeeded(key, attempt, v)),
+                    Err(e) => tokio::time::sleep(self.after_failure(e, attempt, start)?).await,
+                }
+            }
         })
     }
 
