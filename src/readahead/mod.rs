@@ -463,6 +463,15 @@ impl Readahead {
             .unwrap_or(u64::MAX)
     }
 
+    /// Makes the planner plan again at the cursors as they are now (tests: the planner runs
+    /// beside the reads, so a test's last read may fall within a replan step of the last plan).
+    #[cfg(test)]
+    fn replan_now(&self) {
+        let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+        q.generation += 1;
+        self.inner.wake_planner.notify_one();
+    }
+
     /// Blocks until the planner has seen every read reported so far and its fetches are done
     /// (for tests and benchmarks).
     pub fn wait_idle(&self, timeout: Duration) -> bool {
