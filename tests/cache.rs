@@ -1486,3 +1486,26 @@ fn hashless_shards_off_s3_come_whole_so_the_store_checksum_applies() {
         std::fs::remove_dir_all(tmp.path().join("c")).unwrap();
     }
 }
+
+#[test]
+fn only_samples_of_shards_on_disk_are_advised_into_the_page_cache() {
+    let ds = fixtures().join("mds/basic");
+    let tmp = tempfile::tempdir().unwrap();
+    let dataset = Arc::new(Dataset::load(ds.to_str().unwrap(), &StoreOptions::default()).unwrap());
+    let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+    assert!(!cache.advise_sample(0, 1), "shard 0 is not on disk yet");
+    // Reading a sample fills the shard (its file kept open, its header in memory).
+    cache.sample(0, 0).unwrap();
+    assert!(cache.advise_sample(0, 1));
+    assert!(
+        !cache.advise_sample(0, u32::MAX),
+        "no such sample: nothing to advise"
+    );
+    let last = cache.dataset().index().shards().len() - 1;
+    assert!(last > 0, "the fixture has several shards");
+    assert!(
+        !cache.advise_sample(last, 0),
+        "another shard is still not on disk"
+    );
+    assert_eq!(cache.stats().samples_advised, 1);
+}

@@ -566,12 +566,11 @@ impl ShardCache {
     /// Asks the kernel to start reading sample `i` of `shard` from the cached file into the
     /// page cache (`posix_fadvise(WILLNEED)`), so a read that comes soon finds it there
     /// instead of waiting for the disk. Does nothing (false) unless the shard is resident with
-    /// its file open and its verified header in memory, or when the memory tier holds the
-    /// sample: it never blocks on the store, the disk or a checksum.
+    /// its file open and its verified header in memory: it never blocks on the store, the disk
+    /// or a checksum. (It does not look in the memory tier first: a look-up there would count
+    /// as a use of the sample in the tier's admission policy, and advising pages already in
+    /// the page cache costs little.)
     pub fn advise_sample(&self, shard: usize, i: u32) -> bool {
-        if self.memory.sample(shard, i).is_some() {
-            return false;
-        }
         let Some(header) = self.memory.header(shard) else {
             return false;
         };

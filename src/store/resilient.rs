@@ -166,7 +166,9 @@ impl Store for ResilientStore {
         dest: &'a mut [u8],
     ) -> StoreFuture<'a, super::EtagMd5s> {
         Box::pin(async move {
-            // Every attempt fills the same bytes: a retry needs no buffer of its own.
+            // Every attempt fills the same bytes: a retry needs no buffer of its own. (Not
+            // `run`: its `Fn` op cannot lend `dest` to one attempt after another, and an
+            // `AsyncFnMut` op's future cannot be shown `Send` for every borrow.)
             let start = Instant::now();
             let mut attempt: u32 = 0;
             loop {

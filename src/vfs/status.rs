@@ -1,6 +1,7 @@
 //! Failures worth showing in `status.json`: which shard failed and why, most recent first.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
@@ -25,8 +26,8 @@ pub struct ErrorLog {
     inner: Mutex<(u64, VecDeque<serde_json::Value>)>,
     /// Requests answered with an error because of a shard failure, by kind (every one,
     /// repeats included): tells failed reads from failed look-ups of file sizes.
-    read_answers: std::sync::atomic::AtomicU64,
-    size_answers: std::sync::atomic::AtomicU64,
+    read_answers: AtomicU64,
+    size_answers: AtomicU64,
 }
 
 impl ErrorLog {
@@ -38,7 +39,7 @@ impl ErrorLog {
             FailedOp::Read => &self.read_answers,
             FailedOp::Size => &self.size_answers,
         };
-        answers.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        answers.fetch_add(1, Relaxed);
         let at = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| d.as_secs())
@@ -68,7 +69,6 @@ impl ErrorLog {
 
     /// `{"count": n, "recent": [...], "answers": {"read": r, "size": s}}`.
     pub fn to_json(&self) -> serde_json::Value {
-        use std::sync::atomic::Ordering::Relaxed;
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         serde_json::json!({
             "count": g.0,
