@@ -79,7 +79,7 @@ def fd_kinds(pid):
 
 
 COUNTERS = ("bytes_fetched", "shards_fetched", "disk_hits", "disk_misses", "evictions",
-            "verify_failures", "fill_failures")
+            "verify_failures", "repaired_downloads", "fill_failures")
 
 
 def cache_counters(mnt):
@@ -355,6 +355,9 @@ def run(args, bins, procs, work):
         "server_gets": stats["gets"], "fetched_mb": round(cache["bytes_fetched"] / 1e6, 1),
         "shards_fetched": cache["shards_fetched"], "evictions": cache["evictions"],
         "verify_failures_caught": cache["verify_failures"],
+        # Rejected downloads made whole by fetching their parts again (not the whole shard).
+        "repaired_downloads": cache.get("repaired_downloads", 0),
+        "parts_refetched": cache.get("parts_refetched", 0),
         "fill_failures": cache["fill_failures"], "shard_errors": status["errors"]["count"],
         # Requests the mount answered with EIO, by kind (read / size look-up), repeats included.
         "eio_answers": status["errors"].get("answers", {}),

@@ -272,12 +272,14 @@ impl Dataset {
     }
 
     /// Downloads a whole shard and returns its verified, uncompressed bytes: the stored
-    /// file's size and one known hash are checked (re-downloading up to `attempts` times on
-    /// a mismatch), then it is decompressed to exactly `raw.bytes` and its header must
-    /// agree with index.json. Corrupt bytes never leave this function.
+    /// file's size and one known hash are checked (up to `attempts` downloads on a mismatch),
+    /// then it is decompressed to exactly `raw.bytes` and its header must agree with
+    /// index.json. Corrupt bytes never leave this function.
     ///
     /// A shard larger than the part size comes as parallel ranged GETs when index.json lists
     /// a hash for it or the store is S3 (whose ETag every part carries and must agree on).
+    /// When such a download fails its check, the next attempts repair it part by part
+    /// ([`store::refetch_differing_parts`]) instead of downloading it whole again.
     pub fn fetch_shard(&self, shard: usize, attempts: u32) -> Result<Bytes, CacheError> {
         let entry = self.shard(shard)?;
         let stored = entry.stored_file();
@@ -306,12 +308,16 @@ impl Dataset {
             Counters::add(&self.counters.verify_failures, 1);
             tracing::warn!(shard, url = %url, attempt, reason, "downloaded shard failed verification");
         };
+        // The last download in parts that failed its check, kept to be repaired.
+        let mut held: Option<(bytes::BytesMut, store::EtagMd5s)> = None;
         for attempt in 1..=downloads {
-            let fetched = if in_parts {
-                self.store
-                    .get_in_parts(&key, stored.bytes, self.fetch_part_size)
-            } else {
-                self.store.get_fetched(&key)
+            let fetched = match held.take() {
+                Some((whole, tag)) => self.repair(shard, &key, &check, whole, tag),
+                None if in_parts => {
+                    self.store
+                        .get_in_parts(&key, stored.bytes, self.fetch_part_size)
+                }
+                None => self.store.get_fetched(&key),
             };
             let fetched = match fetched {
                 Ok(f) => f,
@@ -324,70 +330,37 @@ impl Dataset {
                 Err(e) => return Err(e.into()),
             };
             let bytes = fetched.bytes;
-            Counters::add(&self.counters.bytes_fetched, bytes.len() as u64);
-            let transfer = match (check.hashes.is_empty(), fetched.md5) {
-                // Checksums from the store's headers (GCS, Azure, full-object S3 CRC32C)
-                // are always of the object: a mismatch is damage, never a different scheme.
-                (true, _) if !fetched.store_sums.is_empty() => fetched.store_sums.check(&bytes),
-                (true, None) if fetched.multipart_md5.is_some() => {
-                    use std::sync::atomic::Ordering::Relaxed;
-                    let (want, parts) = fetched.multipart_md5.unwrap_or(([0; 16], 1));
-                    if let Some(p) =
-                        multipart_part_size(&bytes, &want, parts, self.part_size.load(Relaxed))
-                    {
-                        self.part_size.store(p, Relaxed);
-                        self.etags_are_md5.store(true, Relaxed);
-                        Ok(())
-                    } else {
-                        let got: [u8; 16] = md5::Md5::digest(&bytes).into();
-                        if previous_md5 == Some(got) && !self.etags_are_md5.load(Relaxed) {
-                            tracing::info!(shard, url = %url, "the multipart ETag matches no usual part size; two downloads agree, using them");
-                            Ok(())
-                        } else {
-                            previous_md5 = Some(got);
-                            Err(format!(
-                                "the bytes match the store's multipart ETag {}-{parts} for no usual part size",
-                                hex::encode(want)
-                            ))
-                        }
-                    }
-                }
-                (true, Some(want)) => {
-                    let got: [u8; 16] = md5::Md5::digest(&bytes).into();
-                    use std::sync::atomic::Ordering::Relaxed;
-                    if got == want {
-                        self.etags_are_md5.store(true, Relaxed);
-                        Ok(())
-                    } else if previous_md5 == Some(got) && !self.etags_are_md5.load(Relaxed) {
-                        tracing::info!(shard, url = %url, "the ETag is not an MD5 of the object (SSE-KMS or SSE-C?); two downloads agree, using them");
-                        Ok(())
-                    } else {
-                        previous_md5 = Some(got);
-                        Err(format!(
-                            "MD5 {} differs from the store's ETag {}",
-                            hex::encode(got),
-                            hex::encode(want)
-                        ))
-                    }
-                }
-                _ => Ok(()),
+            let sums = TransferSums {
+                md5: fetched.md5,
+                multipart_md5: fetched.multipart_md5,
+                store: fetched.store_sums,
             };
-            let outcome = transfer
-                .and_then(|()| verify_and_unpack(entry, &check, &bytes))
-                .and_then(|raw| {
-                    check_header(shard, &url, entry, &raw)
-                        .map(|_| raw)
-                        .map_err(|e| match e {
-                            // The shard and URL are named once, by the error returned below.
-                            CacheError::Corrupt { reason, .. } => reason,
-                            other => other.to_string(),
-                        })
-                });
+            let outcome = if check.hashes.is_empty() {
+                self.transfer_check(shard, &url, &bytes, &sums, Some(&mut previous_md5))
+            } else {
+                Ok(())
+            }
+            .and_then(|()| verify_and_unpack(entry, &check, &bytes))
+            .and_then(|raw| {
+                check_header(shard, &url, entry, &raw)
+                    .map(|_| raw)
+                    .map_err(|e| match e {
+                        // The shard and URL are named once, by the error returned below.
+                        CacheError::Corrupt { reason, .. } => reason,
+                        other => other.to_string(),
+                    })
+            });
             match outcome {
                 Ok(raw) => return Ok(raw),
                 Err(reason) => last = reason,
             }
             failed(attempt, &last);
+            if in_parts {
+                // Unpacking kept no reference to a download that failed: it is ours again.
+                if let Ok(whole) = bytes.try_into_mut() {
+                    held = Some((whole, (sums.md5, sums.multipart_md5)));
+                }
+            }
         }
         Err(CacheError::Corrupt {
             shard,
@@ -395,6 +368,126 @@ impl Dataset {
             reason: format!("{last} (after {downloads} downloads)"),
         })
     }
+
+    /// One more attempt at a shard whose download in parts (`whole`, with the ETag `tag` its
+    /// parts agreed on) failed its check: its parts fetched again, the differing ones put in,
+    /// until the shard's hash (or the store's checksum of a hashless shard) holds.
+    fn repair(
+        &self,
+        shard: usize,
+        key: &ObjectKey,
+        check: &FileRef,
+        mut whole: bytes::BytesMut,
+        tag: store::EtagMd5s,
+    ) -> Result<store::Fetched, StoreError> {
+        let url = self.store.url_of(key);
+        let sums = TransferSums {
+            md5: tag.0,
+            multipart_md5: tag.1,
+            store: store::StoreChecksums::default(),
+        };
+        let repair = self.store.refetch_differing_parts(
+            key,
+            &mut whole,
+            self.fetch_part_size,
+            &tag,
+            |bytes| {
+                if check.hashes.is_empty() {
+                    self.transfer_check(shard, &url, bytes, &sums, None).is_ok()
+                } else {
+                    mds::verify_hashes(check, bytes).is_ok()
+                }
+            },
+        )?;
+        Counters::add(&self.counters.parts_refetched, u64::from(repair.refetched));
+        if repair.verified {
+            Counters::add(&self.counters.repaired_downloads, 1);
+        }
+        tracing::info!(
+            shard,
+            url = %url,
+            parts_refetched = repair.refetched,
+            parts_replaced = repair.replaced,
+            repaired = repair.verified,
+            "fetched the parts of a damaged download again"
+        );
+        Ok(store::Fetched {
+            bytes: whole.freeze(),
+            md5: tag.0,
+            multipart_md5: tag.1,
+            store_sums: store::StoreChecksums::default(),
+        })
+    }
+
+    /// The store's own check of a download of a shard index.json lists no hash for: its
+    /// checksum headers, else the ETag's MD5 (plain or multipart). `previous` holds the MD5
+    /// of the last download that failed, for the rule that two downloads that agree are the
+    /// object's bytes when its ETags may not be MD5s; `None` checks strictly, without it.
+    fn transfer_check(
+        &self,
+        shard: usize,
+        url: &str,
+        bytes: &[u8],
+        sums: &TransferSums,
+        previous: Option<&mut Option<[u8; 16]>>,
+    ) -> Result<(), String> {
+        use std::sync::atomic::Ordering::Relaxed;
+        // Two downloads agree: taken only when this dataset's ETags have never been MD5s.
+        let agreed_with_previous = |got: [u8; 16]| match previous {
+            Some(prev) => {
+                let agree = *prev == Some(got) && !self.etags_are_md5.load(Relaxed);
+                *prev = Some(got);
+                agree
+            }
+            None => false,
+        };
+        // Checksums from the store's headers (GCS, Azure, full-object S3 CRC32C) are
+        // always of the object: a mismatch is damage, never a different scheme.
+        if !sums.store.is_empty() {
+            return sums.store.check(bytes);
+        }
+        if let Some(want) = sums.md5 {
+            let got: [u8; 16] = md5::Md5::digest(bytes).into();
+            if got == want {
+                self.etags_are_md5.store(true, Relaxed);
+                return Ok(());
+            }
+            if agreed_with_previous(got) {
+                tracing::info!(shard, url = %url, "the ETag is not an MD5 of the object (SSE-KMS or SSE-C?); two downloads agree, using them");
+                return Ok(());
+            }
+            return Err(format!(
+                "MD5 {} differs from the store's ETag {}",
+                hex::encode(got),
+                hex::encode(want)
+            ));
+        }
+        if let Some((want, parts)) = sums.multipart_md5 {
+            if let Some(p) = multipart_part_size(bytes, &want, parts, self.part_size.load(Relaxed))
+            {
+                self.part_size.store(p, Relaxed);
+                self.etags_are_md5.store(true, Relaxed);
+                return Ok(());
+            }
+            let got: [u8; 16] = md5::Md5::digest(bytes).into();
+            if agreed_with_previous(got) {
+                tracing::info!(shard, url = %url, "the multipart ETag matches no usual part size; two downloads agree, using them");
+                return Ok(());
+            }
+            return Err(format!(
+                "the bytes match the store's multipart ETag {}-{parts} for no usual part size",
+                hex::encode(want)
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What the store said about a download's bytes, for [`Dataset::transfer_check`].
+struct TransferSums {
+    md5: Option<[u8; 16]>,
+    multipart_md5: Option<([u8; 16], u32)>,
+    store: store::StoreChecksums,
 }
 
 fn corrupt(shard: usize, file: &str, e: impl std::fmt::Display) -> CacheError {

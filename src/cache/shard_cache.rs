@@ -663,6 +663,8 @@ impl ShardCache {
             disk_write_failures: Counters::load(&c.disk_write_failures),
             samples_advised: Counters::load(&c.advised),
             verify_failures: Counters::load(&c.verify_failures),
+            repaired_downloads: Counters::load(&c.repaired_downloads),
+            parts_refetched: Counters::load(&c.parts_refetched),
             usage_bytes: st.usage,
             limit_bytes: self.limit,
             resident_shards: resident,

@@ -26,6 +26,11 @@ pub struct CacheStats {
     pub fill_failures: u64,
     /// Downloads rejected by size/hash verification and re-fetched or abandoned.
     pub verify_failures: u64,
+    /// Downloads in parts that failed verification and were made whole by fetching only
+    /// their parts again (the differing ones replaced), not the whole shard.
+    pub repaired_downloads: u64,
+    /// Parts fetched again to repair downloads that failed verification.
+    pub parts_refetched: u64,
     /// Verified shards that could not be written to the cache disk (full or failing).
     pub disk_write_failures: u64,
     /// Samples of cached shards the kernel was asked to read ahead into the page cache
@@ -55,6 +60,8 @@ pub(crate) struct Counters {
     pub evictions: AtomicU64,
     pub fill_failures: AtomicU64,
     pub verify_failures: AtomicU64,
+    pub repaired_downloads: AtomicU64,
+    pub parts_refetched: AtomicU64,
     pub disk_write_failures: AtomicU64,
     pub advised: AtomicU64,
     /// How long whole-shard downloads (with verification) took.

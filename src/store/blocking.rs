@@ -84,6 +84,25 @@ impl BlockingStore {
         ))
     }
 
+    /// See [`super::refetch_differing_parts`].
+    pub fn refetch_differing_parts(
+        &self,
+        key: &ObjectKey,
+        whole: &mut [u8],
+        part_size: u64,
+        tag: &super::EtagMd5s,
+        verified: impl FnMut(&[u8]) -> bool,
+    ) -> Result<super::PartRepair, StoreError> {
+        self.runtime.block_on(super::refetch_differing_parts(
+            self.store.as_ref(),
+            key,
+            whole,
+            part_size,
+            tag,
+            verified,
+        ))
+    }
+
     /// See [`Store::list`].
     pub fn list(&self, prefix: Option<&ObjectKey>) -> Result<Vec<ObjectInfo>, StoreError> {
         self.runtime.block_on(self.store.list(prefix))

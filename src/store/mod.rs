@@ -45,7 +45,7 @@ pub use error::{StoreError, TransientKind};
 pub use faults::{Fault, FaultyStore};
 pub use key::ObjectKey;
 pub use options::{StaticCredentials, StoreOptions};
-pub use parts::get_in_parts;
+pub use parts::{get_in_parts, refetch_differing_parts, PartRepair};
 pub use resilient::ResilientStore;
 pub use source::{Source, SourceKind};
 

@@ -10,6 +10,9 @@
 //! object is held once and copied once (a retried part fills the same place again). Each
 //! ranged answer carries the object's ETag; when two parts
 //! disagree the object was rewritten during the download and [`StoreError::Changed`] says so.
+//!
+//! `refetch_differing_parts`: a download in parts that failed its check is repaired part by
+//! part instead of being fetched again whole.
 
 use super::{EtagMd5s, Fetched, ObjectKey, Store, StoreChecksums, StoreError};
 use bytes::BytesMut;
@@ -66,6 +69,71 @@ pub async fn get_in_parts(
         multipart_md5,
         store_sums: StoreChecksums::default(),
     })
+}
+
+/// What [`refetch_differing_parts`] did to a held download.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct PartRepair {
+    /// Parts fetched again.
+    pub refetched: u32,
+    /// Parts whose new bytes differed from the held ones and replaced them.
+    pub replaced: u32,
+    /// The check accepted the object after a replacement (the repair ended there).
+    pub verified: bool,
+}
+
+/// Repairs `whole`, a download of `key` in parts of `part_size` bytes (as [`get_in_parts`]
+/// cut it) that failed its check: the parts are fetched again one at a time, and where a
+/// part's new bytes differ from the held ones they replace them and `verified` is asked
+/// whether the whole object checks out now; the first yes ends the repair.
+///
+/// Damage in transit is rare and lands in one part, so a failed download costs that part
+/// again, not the whole object, and an object whose every download brings some damaged part
+/// is still put together from clean ones. A part that differs and does not make the object
+/// check out keeps its new bytes: the held ones were part of a whole that failed its check.
+/// Only one part's worth of extra memory is used. Every answer must carry `tag` (the ETag
+/// the held parts agreed on), else the object changed and [`StoreError::Changed`] says so.
+pub async fn refetch_differing_parts(
+    store: &dyn Store,
+    key: &ObjectKey,
+    whole: &mut [u8],
+    part_size: u64,
+    tag: &EtagMd5s,
+    mut verified: impl FnMut(&[u8]) -> bool,
+) -> Result<PartRepair, StoreError> {
+    let part_size = usize::try_from(part_size.max(1)).unwrap_or(usize::MAX);
+    let mut repair = PartRepair::default();
+    let mut fresh = vec![0u8; part_size.min(whole.len())];
+    let mut at = 0usize;
+    while at < whole.len() {
+        let end = at.saturating_add(part_size).min(whole.len());
+        let fresh = &mut fresh[..end - at];
+        let got = store
+            .get_part_into(key, at as u64..end as u64, &mut *fresh)
+            .await?;
+        repair.refetched += 1;
+        if got != *tag {
+            return Err(StoreError::Changed {
+                url: store.url_of(key),
+                detail: format!(
+                    "part at byte {at} has ETag {}, the download it repairs {}",
+                    describe(&got),
+                    describe(tag)
+                ),
+            });
+        }
+        let held = &mut whole[at..end];
+        if held != &fresh[..] {
+            held.swap_with_slice(fresh);
+            repair.replaced += 1;
+            if verified(whole) {
+                repair.verified = true;
+                return Ok(repair);
+            }
+        }
+        at = end;
+    }
+    Ok(repair)
 }
 
 fn describe(tag: &EtagMd5s) -> String {
@@ -142,6 +210,38 @@ mod tests {
             assert_eq!(m.reads.load(Ordering::SeqCst), len.div_ceil(part as usize));
             assert_eq!(got.md5, if len == 0 { None } else { Some([0; 16]) });
         }
+    }
+
+    #[tokio::test]
+    async fn a_repair_puts_in_differing_parts_until_the_check_holds_and_refuses_a_new_version() {
+        let key = ObjectKey::new("shard.00000.mds").expect("key");
+        let m = memory(1000, 14);
+        let mut got = get_in_parts(&m, &key, 1000, 100).await.expect("get");
+        let tag = (got.md5, got.multipart_md5);
+        let mut whole = std::mem::take(&mut got.bytes).to_vec();
+        whole[350] ^= 1;
+        let truth = m.data.clone();
+        let mut checks = 0;
+        let r = refetch_differing_parts(&m, &key, &mut whole, 100, &tag, |b| {
+            checks += 1;
+            b == &truth[..]
+        })
+        .await
+        .expect("repair");
+        assert_eq!(
+            r,
+            PartRepair {
+                refetched: 4,
+                replaced: 1,
+                verified: true
+            }
+        );
+        assert_eq!((checks, &whole[..]), (1, &truth[..]));
+        // The object's ETag changes from the 15th read on: the repair says so.
+        let err = refetch_differing_parts(&m, &key, &mut whole, 100, &tag, |_| false)
+            .await
+            .expect_err("changed");
+        assert!(matches!(err, StoreError::Changed { .. }), "{err}");
     }
 
     #[tokio::test]
