@@ -183,12 +183,15 @@ def curl_base():
             f"{ACCESS_KEY}:{SECRET_KEY}", "-H", "x-amz-content-sha256:UNSIGNED-PAYLOAD"]
 
 
-def curl_throughput(endpoint, keys_per_stream):
-    """Parallel curl processes, each fetching its keys over one kept-alive connection."""
+def curl_throughput(endpoint, keys_per_stream, byte_range=None):
+    """Parallel curl processes, each fetching its keys over one kept-alive connection
+    (`byte_range`: only those bytes of each, as "first-last")."""
     t0 = time.perf_counter()
     procs = []
     for keys in keys_per_stream:
         cmd = curl_base() + ["-w", "%{http_code} %{size_download}\n"]
+        if byte_range:
+            cmd += ["-r", byte_range]
         for k in keys:
             cmd += ["-o", "/dev/null", f"{endpoint}/{BUCKET}/{k}"]
         procs.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
@@ -207,14 +210,21 @@ def curl_throughput(endpoint, keys_per_stream):
             "wall_s": wall, "mb_per_s": total / wall / 1e6, "objects_per_s": objects / wall}
 
 
-def measure_server(server, layout, streams, label, fetch_connections=0):
+def measure_server(server, layout, streams, label, fetch_connections=0, part_bytes=0):
     """curl's speed: one shard, `streams` shards at once, sample objects on `streams`
-    kept-alive connections and, when given, shards on shardfs's own connection count."""
+    kept-alive connections and, when given, shards on shardfs's own connection count and the
+    time of one ranged GET of shardfs's part size on a new connection (a round trip plus one
+    part's transfer: what the first file of a cold epoch needs at the least, plus the round
+    trip of the shard header's GET before it)."""
     shards = sorted(k for k in layout["mds_keys"] if k.endswith(".mds"))
     big = max(shards, key=lambda k: layout["sizes"][k])
     samples = layout["plain_keys"]
     per = max(1, min(200, len(samples) // streams))
-    rows = {
+    rows = {}
+    if part_bytes:
+        rows["part_1_request"] = curl_throughput(server.endpoint, [[big]],
+                                                 f"0-{part_bytes - 1}")
+    rows |= {
         "shard_1_stream": curl_throughput(server.endpoint, [[big]]),
         f"shards_{streams}_streams": curl_throughput(
             server.endpoint, [[shards[i % len(shards)]] for i in range(streams)]),
@@ -238,6 +248,17 @@ def shardfs_arg_value(shardfs_args, flag, default):
         elif a == flag and b:
             value = b
     return value
+
+
+def shardfs_part_bytes(shardfs_args):
+    """The --fetch-part-size of the shardfs mounts, in bytes (8 MiB unless given)."""
+    v = str(shardfs_arg_value(shardfs_args, "--fetch-part-size", "8MiB")).strip()
+    units = {"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30, "K": 1 << 10, "M": 1 << 20,
+             "G": 1 << 30, "KB": 1000, "MB": 1000 ** 2, "GB": 1000 ** 3}
+    for u in sorted(units, key=len, reverse=True):
+        if v.endswith(u):
+            return int(float(v[:-len(u)]) * units[u])
+    return int(v)
 
 
 def shardfs_connections(shardfs_args):
@@ -388,6 +409,7 @@ class Runner:
         r = json.loads(res.stdout)
         row = self._row(system, pass_name, r, before, after, list_s)
         row["reader_cpu_s"] = r["cpu_s"]
+        row["first_file_s"] = r.get("first_file_s")
         self._serving(row, before, after, serve_pid)
         row.update(extra or {})
         return self._add(row, repeat)
@@ -578,6 +600,8 @@ class Runner:
                 raise BenchError(f"StreamingDataset {pass_name} failed: {_last(res.stderr)}")
             r = json.loads(res.stdout.strip().splitlines()[-1])
             row = self._row("streaming", pass_name, r, before, after, None)
+            # Its first batch (of --batch-size samples), not file.
+            row["first_file_s"] = r.get("first_batch_s")
             row.update({"serve_cpu_s": r["cpu_s"], "serve_peak_rss_mb": r["peak_rss_mb"],
                         "note": ("empty cache" if pass_name == "cold" else "shards local")
                         + f"; CPU/RSS of the whole DataLoader (import {r['import_s']:.1f}s "
@@ -612,9 +636,15 @@ class Runner:
                     # (measured by the `ram` pass); this compares what the disk cache fetches.
                     self.prepare(f"epoch {epoch}", None)
                     folder = os.path.join(mnt, "rank-0", f"epoch-{epoch}")
-                    self.read(f"shardfs {tag}", f"epoch {epoch}",
-                              lambda folder=folder: sample_list_shardfs(folder), serve_pid=p.pid,
-                              extra={"note": f"--cache-limit {limit} --shuffle-block-size {block}"})
+                    ahead0 = fetched_ahead(mnt)
+                    row = self.read(f"shardfs {tag}", f"epoch {epoch}",
+                                    lambda folder=folder: sample_list_shardfs(folder),
+                                    serve_pid=p.pid,
+                                    extra={"note": f"--cache-limit {limit} "
+                                                   f"--shuffle-block-size {block}"})
+                    # Shards the readahead fetched during this epoch for the next one's
+                    # first reads (counted by the mount).
+                    row["fetched_for_next_epoch"] = fetched_ahead(mnt) - ahead0
             finally:
                 self.fuse_done(p, mnt)
             shutil.rmtree(cache, ignore_errors=True)
@@ -844,11 +874,11 @@ def table(rows):
         if r.get("skipped") is None and r["system"] in ("local", "streaming"):
             base[(r["system"], r["pass"])] = r["samples_per_s"]
     head = ("| system | pass | samples/s | MB/s | × local | × SD | serving CPU s | peak RSS MB "
-            "| fetched MB | GET / HEAD / LIST | list s | note |")
-    lines = [head, "|" + "---|" * 12]
+            "| fetched MB | GET / HEAD / LIST | list s | first file s | note |")
+    lines = [head, "|" + "---|" * 13]
     for r in rows:
         if r.get("skipped"):
-            lines.append(f"| {r['system']} | - | not measured | | | | | | | | | {r['skipped']} |")
+            lines.append(f"| {r['system']} | - | not measured | | | | | | | | | | {r['skipped']} |")
             continue
         # A pass from the page cache ("ram") compares with local files read warm.
         a = base.get(("local", "warm" if r["pass"] == "ram" else r["pass"]))
@@ -861,22 +891,33 @@ def table(rows):
             f"| {fmt(sps / c if c and sps else None, '.2f')} "
             f"| {fmt(r.get('serve_cpu_s'), '.1f')} | {fmt(r.get('serve_peak_rss_mb'), '.0f')} "
             f"| {r['fetched_bytes'] / 1e6:.0f} | {q['gets']} / {q['heads']} / {q['lists']} "
-            f"| {fmt(r.get('list_s'), '.2f')} | {r.get('note', '')}"
+            f"| {fmt(r.get('list_s'), '.2f')} | {fmt(r.get('first_file_s'), '.3f')} "
+            f"| {r.get('note', '')}"
             + ("" if r.get("complete", True) else " **INCOMPLETE**") + " |")
     return "\n".join(lines)
+
+
+def fetched_ahead(mnt):
+    """Bytes the mount's readahead has fetched for a rank's next epoch (status.json)."""
+    with open(os.path.join(mnt, ".shardfs", "status.json")) as f:
+        return json.load(f)["readahead"].get("prefetched_bytes_for_next_epoch", 0)
 
 
 def egress_table(rows):
     """Bytes fetched per epoch by shardfs and StreamingDataset at the same cache limit."""
     by = {(r["system"], r["pass"]): r for r in rows if not r.get("skipped")}
-    lines = ["| cache limit | epoch | shardfs MB fetched | StreamingDataset MB fetched "
-             "| shardfs / SD |", "|---|---|---|---|---|"]
+    lines = ["| cache limit | epoch | shardfs MB fetched | of it for the next epoch "
+             "| shardfs MB for this epoch's reads | StreamingDataset MB fetched "
+             "| shardfs / SD (fetched) | shardfs / SD (by epoch read) |",
+             "|---|---|---|---|---|---|---|---|"]
     for frac in EGRESS_LIMITS:
         tag = f"{frac:.0%} cache"
         sums = [0, 0]
+        ahead_before = 0
         for epoch in (0, 1, "both"):
             if epoch == "both":
                 fa, fb = sums
+                ahead = 0
                 if not fa:
                     continue
             else:
@@ -886,11 +927,19 @@ def egress_table(rows):
                     continue
                 fa = a["fetched_bytes"]
                 fb = b["fetched_bytes"] if b else None
+                ahead = a.get("fetched_for_next_epoch") or 0
                 sums[0] += fa
                 sums[1] = None if fb is None or sums[1] is None else sums[1] + fb
-            ratio = fmt(fa / fb if fb else None, ".2f")
+            # By the epoch whose reads need the bytes: what the previous epoch fetched ahead
+            # for this one counts here, what this one fetched for the next one does not (the
+            # last epoch's fetches for an epoch never read stay in the total).
+            mine = fa - ahead + ahead_before if epoch != "both" else fa
+            ahead_before = ahead
             lines.append(f"| {tag.split()[0]} | {epoch} | {fa / 1e6:.0f} "
-                         f"| {fmt(fb / 1e6 if fb is not None else None, '.0f')} | {ratio} |")
+                         f"| {ahead / 1e6:.0f} | {mine / 1e6:.0f} "
+                         f"| {fmt(fb / 1e6 if fb is not None else None, '.0f')} "
+                         f"| {fmt(fa / fb if fb else None, '.2f')} "
+                         f"| {fmt(mine / fb if fb else None, '.2f')} |")
     return "\n".join(lines)
 
 
@@ -913,10 +962,11 @@ def jpeg_table(rows):
 
 
 def server_table(curl):
-    lines = ["| server | measurement | MB/s | objects/s |", "|---|---|---|---|"]
+    lines = ["| server | measurement | MB/s | objects/s | seconds |", "|---|---|---|---|---|"]
     for label, rows in curl.items():
         for name, r in rows.items():
-            lines.append(f"| {label} | {name} | {r['mb_per_s']:.0f} | {r['objects_per_s']:.0f} |")
+            lines.append(f"| {label} | {name} | {r['mb_per_s']:.0f} | {r['objects_per_s']:.0f} "
+                         f"| {r['wall_s']:.3f} |")
     return "\n".join(lines)
 
 
@@ -1000,7 +1050,8 @@ def main(argv):
         result["shardfs_connections"] = conns
         result["server_curl"] = {
             "raw (no emulation)": measure_server(raw, layout, args.workers, "raw"),
-            "emulated link": measure_server(link, layout, args.workers, "link", conns),
+            "emulated link": measure_server(link, layout, args.workers, "link", conns,
+                                            shardfs_part_bytes(args.shardfs_arg)),
         }
         procs.stop(raw.proc)
         runner = Runner(args, bins, layout, procs, link, workdir)

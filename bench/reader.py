@@ -4,8 +4,8 @@
 The manifest has one sample per line: its file paths, tab-separated. Samples are grouped in
 batches of --batch-size; worker w reads batches w, w+N, w+2N, ... in order (DataLoader hands
 batch indices to its workers round-robin), each file opened and read whole, unbuffered.
-Prints one JSON object: samples, bytes, payload bytes (files ending in .bin), wall seconds and
-the workers' CPU seconds. Exits non-zero (with the path) if any read fails.
+Prints one JSON object: samples, bytes, payload bytes (files ending in .bin), wall seconds, the
+seconds until the first file was read whole, and the workers' CPU seconds. Exits non-zero (with the path) if any read fails.
 Standard library only, so it runs with any python3.
 """
 
@@ -37,11 +37,14 @@ def read_file(path, buf):
 def worker(samples, batch, w, nworkers, out):
     buf = bytearray(READ_CHUNK)
     nbytes = payload = count = 0
+    first = None
     try:
         for start in range(w * batch, len(samples), nworkers * batch):
             for files in samples[start:start + batch]:
                 for path in files:
                     got = read_file(path, buf)
+                    if first is None:
+                        first = time.perf_counter()
                     nbytes += got
                     if path.endswith(".bin"):
                         payload += got
@@ -51,7 +54,7 @@ def worker(samples, batch, w, nworkers, out):
         return
     cpu = os.times()
     out.put({"samples": count, "bytes": nbytes, "payload_bytes": payload,
-             "cpu_s": cpu.user + cpu.system})
+             "cpu_s": cpu.user + cpu.system, "first": first})
 
 
 def main():
@@ -79,6 +82,10 @@ def main():
         sys.exit(1)
     total = {k: sum(r[k] for r in results) for k in ("samples", "bytes", "payload_bytes", "cpu_s")}
     total["wall_s"] = wall
+    # When the first file of the pass had been read whole (CLOCK_MONOTONIC is one clock for
+    # all processes): how long a job waits for its first sample.
+    firsts = [r["first"] for r in results if r.get("first") is not None]
+    total["first_file_s"] = min(firsts) - t0 if firsts else None
     total["workers"] = args.workers
     print(json.dumps(total))
 

@@ -69,7 +69,10 @@ def main():
     for epoch in range(args.epochs):
         fetched0 = server_bytes(args.stats_url)
         samples = payload = label_bytes = 0
+        first = None
         for batch in loader:
+            if first is None:
+                first = time.perf_counter() - t0
             images = batch["image"]
             samples += len(images)
             payload += sum(len(b) for b in images)
@@ -84,6 +87,8 @@ def main():
             "bytes": payload + label_bytes,
             "payload_bytes": payload,
             "wall_s": wall,
+            # Until the first batch (DataLoader workers started, their first shards fetched).
+            "first_batch_s": first,
             "import_s": import_s,
             "cpu_s": me.ru_utime + me.ru_stime + kids.ru_utime + kids.ru_stime,
             "peak_rss_mb": max(me.ru_maxrss, kids.ru_maxrss) / 1024.0,

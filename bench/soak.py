@@ -237,6 +237,12 @@ def main():
         return run(args, bins, procs, work)
     finally:
         procs.cleanup()
+        # The mount's log (warnings: rejected downloads, failed fills) next to the report.
+        try:
+            os.makedirs(args.out, exist_ok=True)
+            shutil.copy(os.path.join(work, "mount.log"), os.path.join(args.out, "soak-mount.log"))
+        except OSError:
+            pass
         shutil.rmtree(work, ignore_errors=True)
 
 

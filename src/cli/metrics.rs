@@ -79,6 +79,16 @@ fn families(status: &Value) -> Vec<(&'static str, &'static str, Family)> {
         Family::Counter(per_stream("shards_fetched")),
     ));
     out.push((
+        "shardfs_store_repaired_downloads",
+        "Downloads in parts that failed verification and were made whole by fetching only their parts again.",
+        Family::Counter(per_stream("repaired_downloads")),
+    ));
+    out.push((
+        "shardfs_store_parts_refetched",
+        "Parts fetched again to repair downloads that failed verification.",
+        Family::Counter(per_stream("parts_refetched")),
+    ));
+    out.push((
         "shardfs_store_ranged_fetches",
         "Ranged requests for headers or samples of shards not on disk (stat before read).",
         Family::Counter(per_stream("ranged_fetches")),
@@ -171,6 +181,11 @@ fn families(status: &Value) -> Vec<(&'static str, &'static str, Family)> {
         "shardfs_prefetches",
         "Shards fetched ahead of their readers by the readahead scheduler.",
         Family::Counter(one(&ra["prefetches"])),
+    ));
+    out.push((
+        "shardfs_prefetched_bytes_for_next_epoch",
+        "Bytes of shards the readahead fetched for a rank's next epoch while it read the current one.",
+        Family::Counter(one(&ra["prefetched_bytes_for_next_epoch"])),
     ));
     out.push((
         "shardfs_samples_advised",

@@ -285,8 +285,18 @@ struct Queue {
     /// The planner is topping up the advice after a plan (for [`Readahead::wait_idle`]).
     advising: bool,
     pending: VecDeque<u32>,
+    /// Shards of the last plan whose nearest use is in a later epoch than their rank's.
+    later_epoch: HashSet<u32>,
     in_flight: HashSet<u32>,
     stop: bool,
+}
+
+/// What one plan decided: each planned shard's next use, the shards to fetch (nearest
+/// first), and which of those are first needed in a later epoch than their rank's.
+struct Plan {
+    next_use: HashMap<u32, u64>,
+    wanted: Vec<u32>,
+    later: HashSet<u32>,
 }
 
 struct Inner {
@@ -301,6 +311,10 @@ struct Inner {
     stalls: AtomicU64,
     stall_ns: AtomicU64,
     prefetches: AtomicU64,
+    /// Prefetches (and their shards' bytes) for a use in a later epoch than their rank's:
+    /// the next epoch's first shards, fetched while the current one ends.
+    prefetches_for_later_epoch: AtomicU64,
+    prefetched_bytes_for_later_epoch: AtomicU64,
     prefetch_errors: AtomicU64,
     plans: AtomicU64,
     advised: AtomicU64,
@@ -332,6 +346,8 @@ impl Readahead {
             stalls: AtomicU64::new(0),
             stall_ns: AtomicU64::new(0),
             prefetches: AtomicU64::new(0),
+            prefetches_for_later_epoch: AtomicU64::new(0),
+            prefetched_bytes_for_later_epoch: AtomicU64::new(0),
             prefetch_errors: AtomicU64::new(0),
             plans: AtomicU64::new(0),
             advised: AtomicU64::new(0),
@@ -534,6 +550,8 @@ impl Readahead {
             "stalls": i.stalls.load(Relaxed),
             "stall_seconds": i.stall_ns.load(Relaxed) as f64 / 1e9,
             "prefetches": i.prefetches.load(Relaxed),
+            "prefetches_for_next_epoch": i.prefetches_for_later_epoch.load(Relaxed),
+            "prefetched_bytes_for_next_epoch": i.prefetched_bytes_for_later_epoch.load(Relaxed),
             "prefetch_errors": i.prefetch_errors.load(Relaxed),
             "plans": i.plans.load(Relaxed),
             "samples_advised": i.advised.load(Relaxed),
@@ -580,7 +598,11 @@ impl Inner {
                 }
                 (q.generation, q.advice)
             };
-            let (next_use, wanted) = self.plan();
+            let Plan {
+                next_use,
+                wanted,
+                later,
+            } = self.plan();
             if let Ok(mut m) = self.next_use.write() {
                 *m = next_use;
             }
@@ -590,6 +612,7 @@ impl Inner {
                 .filter(|s| !q.in_flight.contains(s))
                 .collect();
             q.pending = pending;
+            q.later_epoch = later;
             q.planned = generation;
             q.advising = true;
             self.plans.fetch_add(1, Relaxed);
@@ -686,7 +709,7 @@ impl Inner {
     /// stream's share of the budget, so the plan never covers more than the budget (nor any
     /// stream's cache more than its part), however many ranks there are. A rank whose first
     /// shard alone is larger than its share may still take it, if the total allows.
-    fn plan(&self) -> (HashMap<u32, u64>, Vec<u32>) {
+    fn plan(&self) -> Plan {
         let ranks = self.cursors.len().max(1) as u64;
         let budget = self.opts.budget_bytes;
         let per_rank = budget / ranks;
@@ -758,7 +781,7 @@ impl Inner {
                         if start0.saturating_add(here).saturating_add(BACK_MARGIN) >= pos
                             && self.shards.is_resident(shard)
                         {
-                            next_use.at_most(shard, 0);
+                            next_use.at_most(shard, 0, false);
                         }
                         continue;
                     }
@@ -790,7 +813,7 @@ impl Inner {
                         bytes = bytes.saturating_add(size);
                         seen.insert(shard);
                     }
-                    next_use.at_most(shard, distance);
+                    next_use.at_most(shard, distance, e > epoch);
                     distance += 1;
                     if distance > self.opts.max_lookahead {
                         break 'epochs;
@@ -802,6 +825,7 @@ impl Inner {
             c.replan_step
                 .store((window / REPLAN_FRACTION).max(REPLAN_STEP), Relaxed);
         }
+        let later = next_use.later_epoch();
         let next_use = next_use.into_map();
         let mut wanted: Vec<(u64, u32)> = next_use
             .iter()
@@ -809,12 +833,16 @@ impl Inner {
             .map(|(s, d)| (*d, *s))
             .collect();
         wanted.sort_unstable();
-        (next_use, wanted.into_iter().map(|(_, s)| s).collect())
+        Plan {
+            next_use,
+            wanted: wanted.into_iter().map(|(_, s)| s).collect(),
+            later,
+        }
     }
 
     fn fetch_loop(&self) {
         loop {
-            let shard = {
+            let (shard, for_later_epoch) = {
                 let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
                 loop {
                     if q.stop {
@@ -822,7 +850,7 @@ impl Inner {
                     }
                     if let Some(s) = q.pending.pop_front() {
                         if q.in_flight.insert(s) {
-                            break s;
+                            break (s, q.later_epoch.contains(&s));
                         }
                         continue;
                     }
@@ -834,9 +862,17 @@ impl Inner {
             };
             if !self.shards.is_resident(shard) {
                 self.prefetches.fetch_add(1, Relaxed);
-                if let Err(why) = self.shards.fetch(shard) {
-                    self.prefetch_errors.fetch_add(1, Relaxed);
-                    tracing::warn!(shard, %why, "readahead fetch failed");
+                match self.shards.fetch(shard) {
+                    Ok(()) if for_later_epoch => {
+                        self.prefetches_for_later_epoch.fetch_add(1, Relaxed);
+                        self.prefetched_bytes_for_later_epoch
+                            .fetch_add(self.shards.shard_bytes(shard), Relaxed);
+                    }
+                    Ok(()) => {}
+                    Err(why) => {
+                        self.prefetch_errors.fetch_add(1, Relaxed);
+                        tracing::warn!(shard, %why, "readahead fetch failed");
+                    }
                 }
             }
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -871,20 +907,34 @@ impl ShardSet {
     }
 }
 
-/// Each shard's smallest distance so far, indexed by shard id (`u64::MAX`: not met).
+/// Each shard's smallest distance so far, indexed by shard id (`u64::MAX`: not met), and
+/// whether that nearest use is in a later epoch than its rank's current one.
 #[derive(Default)]
-struct ShardDistances(Vec<u64>);
+struct ShardDistances(Vec<(u64, bool)>);
 
 impl ShardDistances {
-    /// Lowers `shard`'s distance to `d` if it is larger.
-    fn at_most(&mut self, shard: u32, d: u64) {
+    /// Lowers `shard`'s distance to `d` if it is larger; `later`: that use is in a later
+    /// epoch than the rank's.
+    fn at_most(&mut self, shard: u32, d: u64, later: bool) {
         let i = shard as usize;
         if self.0.len() <= i {
-            self.0.resize(i + 1, u64::MAX);
+            self.0.resize(i + 1, (u64::MAX, false));
         }
         if let Some(x) = self.0.get_mut(i) {
-            *x = (*x).min(d);
+            if d < x.0 {
+                *x = (d, later);
+            }
         }
+    }
+
+    /// The shards whose nearest use is in a later epoch than their rank's.
+    fn later_epoch(&self) -> HashSet<u32> {
+        self.0
+            .iter()
+            .enumerate()
+            .filter(|(_, (d, later))| *later && *d != u64::MAX)
+            .map(|(s, _)| s as u32)
+            .collect()
     }
 
     /// The shards met, with their distances.
@@ -892,8 +942,8 @@ impl ShardDistances {
         self.0
             .into_iter()
             .enumerate()
-            .filter(|(_, d)| *d != u64::MAX)
-            .map(|(s, d)| (s as u32, d))
+            .filter(|(_, (d, _))| *d != u64::MAX)
+            .map(|(s, (d, _))| (s as u32, d))
             .collect()
     }
 }

@@ -454,3 +454,25 @@ fn samples_of_shards_not_on_disk_are_not_advised() {
     assert!(src.advised.lock().unwrap().is_empty());
     assert_eq!(ra.status()["samples_advised"], 0);
 }
+
+#[test]
+fn prefetches_for_the_next_epoch_are_counted_apart() {
+    // One rank, samples 0..100 (shards 0..10) every epoch, budget = 3 shards. Near the end
+    // of epoch 0 the window runs into epoch 1, whose first shard was evicted meanwhile.
+    let (ra, src) = setup(vec![(0..100).collect()], 300);
+    ra.on_read(0, 0, 0);
+    settle(&ra);
+    for p in 1..=85 {
+        ra.on_read(0, 0, p);
+    }
+    settle(&ra);
+    // Shard 0 is still cached from the start of epoch 0: nothing fetched for epoch 1.
+    assert_eq!(ra.status()["prefetches_for_next_epoch"], 0);
+    src.resident.lock().unwrap().retain(|&s| s >= 8);
+    settle(&ra);
+    let st = ra.status();
+    assert_eq!(st["prefetches_for_next_epoch"], 1, "{st}");
+    assert_eq!(st["prefetched_bytes_for_next_epoch"], 100, "{st}");
+    let f = src.fetches.lock().unwrap().clone();
+    assert_eq!(f.iter().filter(|&&s| s == 0).count(), 2, "{f:?}");
+}
