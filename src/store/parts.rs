@@ -82,17 +82,23 @@ pub struct PartRepair {
     pub verified: bool,
 }
 
+/// At most this many parts that differed between the held download and the repair are kept
+/// in both versions, whose combinations are tried (2^n checks at the n-th such part).
+pub const MAX_DIFFERING_PARTS: usize = 3;
+
 /// Repairs `whole`, a download of `key` in parts of `part_size` bytes (as [`get_in_parts`]
 /// cut it) that failed its check: the parts are fetched again one at a time, and where a
-/// part's new bytes differ from the held ones they replace them and `verified` is asked
-/// whether the whole object checks out now; the first yes ends the repair.
+/// part's new bytes differ from the held ones, `verified` is asked whether the whole object
+/// checks out with the new bytes, and with every mix of old and new bytes of the parts that
+/// differed so far (up to [`MAX_DIFFERING_PARTS`]); the first yes ends the repair.
 ///
-/// Damage in transit is rare and lands in one part, so a failed download costs that part
-/// again, not the whole object, and an object whose every download brings some damaged part
-/// is still put together from clean ones. A part that differs and does not make the object
-/// check out keeps its new bytes: the held ones were part of a whole that failed its check.
-/// Only one part's worth of extra memory is used. Every answer must carry `tag` (the ETag
-/// the held parts agreed on), else the object changed and [`StoreError::Changed`] says so.
+/// Damage in transit is rare and lands in one part, so a failed download costs the parts up
+/// to the damaged one again, not the whole object; an object whose every download brings some
+/// damaged part is still put together from clean ones; and a part damaged in the repair
+/// itself is outvoted by its held bytes. A part whose two versions never make the object check
+/// out keeps its new bytes (the held ones were part of a whole that failed). Extra memory: one
+/// part, plus one per differing part kept. Every answer must carry `tag` (the ETag the held
+/// parts agreed on), else the object changed and [`StoreError::Changed`] says so.
 pub async fn refetch_differing_parts(
     store: &dyn Store,
     key: &ObjectKey,
@@ -104,12 +110,14 @@ pub async fn refetch_differing_parts(
     let part_size = usize::try_from(part_size.max(1)).unwrap_or(usize::MAX);
     let mut repair = PartRepair::default();
     let mut fresh = vec![0u8; part_size.min(whole.len())];
+    // Parts that differed: where, and the version not in `whole` now.
+    let mut other: Vec<(std::ops::Range<usize>, Vec<u8>)> = Vec::new();
     let mut at = 0usize;
     while at < whole.len() {
         let end = at.saturating_add(part_size).min(whole.len());
-        let fresh = &mut fresh[..end - at];
+        let part = &mut fresh[..end - at];
         let got = store
-            .get_part_into(key, at as u64..end as u64, &mut *fresh)
+            .get_part_into(key, at as u64..end as u64, &mut *part)
             .await?;
         repair.refetched += 1;
         if got != *tag {
@@ -122,13 +130,38 @@ pub async fn refetch_differing_parts(
                 ),
             });
         }
-        let held = &mut whole[at..end];
-        if held != &fresh[..] {
-            held.swap_with_slice(fresh);
+        if whole[at..end] != part[..] {
+            whole[at..end].swap_with_slice(part);
             repair.replaced += 1;
             if verified(whole) {
                 repair.verified = true;
                 return Ok(repair);
+            }
+            if other.len() < MAX_DIFFERING_PARTS {
+                other.push((at..end, part.to_vec()));
+                // The new part's new bytes with the older parts' other versions: every mix
+                // but the one just checked. `uses_other` tracks which parts are swapped.
+                let n = other.len();
+                let mut uses_other = vec![false; n];
+                for mix in 1..(1u32 << n) {
+                    for (j, (range, version)) in other.iter_mut().enumerate() {
+                        let want = mix & (1 << j) != 0;
+                        if want != uses_other[j] {
+                            whole[range.clone()].swap_with_slice(version);
+                            uses_other[j] = want;
+                        }
+                    }
+                    if verified(whole) {
+                        repair.verified = true;
+                        return Ok(repair);
+                    }
+                }
+                // None holds: back to the newest bytes of every part.
+                for (j, (range, version)) in other.iter_mut().enumerate() {
+                    if uses_other[j] {
+                        whole[range.clone()].swap_with_slice(version);
+                    }
+                }
             }
         }
         at = end;
@@ -242,6 +275,90 @@ mod tests {
             .await
             .expect_err("changed");
         assert!(matches!(err, StoreError::Changed { .. }), "{err}");
+    }
+
+    /// The object of `memory`, but the reads numbered in `damaged` (from 0) come with a
+    /// byte flipped.
+    #[derive(Debug)]
+    struct Damaging {
+        inner: Memory,
+        damaged: Vec<usize>,
+        reads: AtomicUsize,
+    }
+
+    impl Store for Damaging {
+        fn url_of(&self, key: &ObjectKey) -> String {
+            self.inner.url_of(key)
+        }
+        fn head<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo> {
+            self.inner.head(key)
+        }
+        fn get_range<'a>(&'a self, k: &'a ObjectKey, r: Range<u64>) -> StoreFuture<'a, Bytes> {
+            self.inner.get_range(k, r)
+        }
+        fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
+            self.inner.get(key)
+        }
+        fn get_part_into<'a>(
+            &'a self,
+            key: &'a ObjectKey,
+            r: Range<u64>,
+            dest: &'a mut [u8],
+        ) -> StoreFuture<'a, EtagMd5s> {
+            Box::pin(async move {
+                let n = self.reads.fetch_add(1, Ordering::SeqCst);
+                let tag = self.inner.get_part_into(key, r, &mut *dest).await?;
+                if self.damaged.contains(&n) {
+                    dest[0] ^= 0x40;
+                }
+                Ok(tag)
+            })
+        }
+        fn list<'a>(&'a self, p: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
+            self.inner.list(p)
+        }
+    }
+
+    #[tokio::test]
+    async fn a_part_damaged_in_the_repair_itself_is_outvoted_by_its_held_bytes() {
+        let key = ObjectKey::new("shard.00000.mds").expect("key");
+        let m = Damaging {
+            inner: memory(1000, usize::MAX),
+            damaged: vec![0],
+            reads: AtomicUsize::new(0),
+        };
+        let truth = m.inner.data.clone();
+        // The held download's part 2 is damaged; the repair's new part 0 is too.
+        let mut whole = truth.to_vec();
+        whole[250] ^= 1;
+        let mut checks = 0;
+        let r = refetch_differing_parts(&m, &key, &mut whole, 100, &(Some([0; 16]), None), |b| {
+            checks += 1;
+            b == &truth[..]
+        })
+        .await
+        .expect("repair");
+        assert!(r.verified, "{r:?}");
+        assert_eq!((r.refetched, r.replaced), (3, 2));
+        // Part 0: new (fails), old (fails: part 2); part 2: new with part 0 new (fails), then
+        // with part 0 old: holds.
+        assert_eq!(checks, 4);
+        assert_eq!(&whole[..], &truth[..]);
+        // Damage that no mix of two versions undoes: not verified, newest bytes kept.
+        let m = Damaging {
+            inner: memory(1000, usize::MAX),
+            damaged: (0..10).collect(),
+            reads: AtomicUsize::new(0),
+        };
+        let mut whole = truth.to_vec();
+        whole[250] ^= 1;
+        let r = refetch_differing_parts(&m, &key, &mut whole, 100, &(Some([0; 16]), None), |b| {
+            b == &truth[..]
+        })
+        .await
+        .expect("repair");
+        assert_eq!((r.verified, r.refetched, r.replaced), (false, 10, 10));
+        assert_eq!(whole[0], truth[0] ^ 0x40, "the newest bytes are kept");
     }
 
     #[tokio::test]
