@@ -7,6 +7,11 @@
 //! A fixed threshold keeps big buffers in mmap (returned to the kernel on free), and fewer
 //! arenas bound what small allocations can strand. See mallopt(3), "M_MMAP_THRESHOLD".
 //!
+//! A long run still strands free memory between live blocks in the arenas (a memory tier of
+//! many small samples, evicted and replaced, leaves holes): every `TRIM_PERIOD` (10 s) the
+//! daemon hands whole free pages back to the kernel with `malloc_trim(0)`, which takes each
+//! arena's lock for a moment. See malloc_trim(3).
+//!
 //! Users keep the last word: nothing is changed when `GLIBC_TUNABLES` or a `MALLOC_*`
 //! variable is set. musl builds (the release artifacts) have an allocator that returns large
 //! blocks by itself, so this does nothing there.
@@ -19,13 +24,45 @@ const MMAP_THRESHOLD: i32 = 1 << 20;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const ARENA_MAX: i32 = 4;
 
-/// Applies the daemon's allocator settings. Call before any thread starts.
-pub fn tune_for_daemon() {
-    let user_set = std::env::vars_os().any(|(k, _)| {
+/// How often free pages in the arenas are given back to the kernel.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+const TRIM_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// True when the user set allocator variables: then the daemon changes nothing.
+fn user_set() -> bool {
+    std::env::vars_os().any(|(k, _)| {
         let k = k.to_string_lossy();
         k == "GLIBC_TUNABLES" || k.starts_with("MALLOC_")
-    });
-    if user_set {
+    })
+}
+
+/// Starts a thread that gives free arena pages back to the kernel every `TRIM_PERIOD`
+/// (glibc builds, unless the user set allocator variables).
+pub fn start_trimming() {
+    if user_set() {
+        return;
+    }
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        let spawned = std::thread::Builder::new()
+            .name("malloc-trim".into())
+            .spawn(|| loop {
+                std::thread::sleep(TRIM_PERIOD);
+                // SAFETY: malloc_trim only returns free memory to the kernel; it is
+                // thread-safe (it takes each arena's lock).
+                unsafe {
+                    libc::malloc_trim(0);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::debug!(error = %e, "cannot start the malloc trimming thread");
+        }
+    }
+}
+
+/// Applies the daemon's allocator settings. Call before any thread starts.
+pub fn tune_for_daemon() {
+    if user_set() {
         return;
     }
     #[cfg(all(target_os = "linux", target_env = "gnu"))]

@@ -178,6 +178,7 @@ fn run_foreground(config: &MountConfig, mut ready: Option<OwnedFd>) -> Result<()
     if let Err(e) = record.register() {
         tracing::warn!(error = %e, "cannot record the daemon's pid: `shardfs unmount` will not wait for it");
     }
+    super::malloc::start_trimming();
     tell(&mut ready, "ok\n");
     let outcome = mounted.serve().context("FUSE session ended with an error");
     record.finish(&outcome);
