@@ -29,8 +29,10 @@
 //! while it stays cached; the cache's eviction asks [`Readahead::next_use`] and drops the
 //! resident, unpinned shard whose next use is furthest away (Belady's rule, which is optimal
 //! when the future is known; L. A. Belady, "A study of replacement algorithms for a
-//! virtual-storage computer", IBM Systems Journal 5(2), 1966). Shards no rank will read within
-//! its window have no next use and go first.
+//! virtual-storage computer", IBM Systems Journal 5(2), 1966). Past its window each rank's walk
+//! goes on for eviction only ([`BEYOND_WINDOWS`] times its share of the budget in further
+//! shards), so shards the windows do not reach are still ranked by their next use; shards no
+//! walk meets have no next use and go first.
 //!
 //! # Budget
 //! Each rank's walk stops after it has met `budget_bytes / ranks` bytes of distinct shards (or
@@ -57,6 +59,9 @@ use std::time::{Duration, Instant};
 
 /// A read this many positions behind the cursor means the reader restarted there.
 pub const JUMP_BACK: u64 = 4096;
+/// Past its window, a rank's walk goes on, for eviction only, until it has met this many times
+/// its share of the budget in further shards (see [`Readahead::next_use`]).
+pub const BEYOND_WINDOWS: u64 = 2;
 /// The planner is woken when a cursor moved at least this many positions since the last plan.
 pub const REPLAN_STEP: u64 = 16;
 /// ... and at least this fraction (1/N) of the positions its last window covered.
@@ -311,6 +316,9 @@ struct Inner {
     stalls: AtomicU64,
     stall_ns: AtomicU64,
     prefetches: AtomicU64,
+    /// Shards in the last plan's windows (wanted or resident), beside those only ranked for
+    /// eviction past them.
+    window_shards: AtomicU64,
     /// Prefetches (and their shards' bytes) for a use in a later epoch than their rank's:
     /// the next epoch's first shards, fetched while the current one ends.
     prefetches_for_later_epoch: AtomicU64,
@@ -346,6 +354,7 @@ impl Readahead {
             stalls: AtomicU64::new(0),
             stall_ns: AtomicU64::new(0),
             prefetches: AtomicU64::new(0),
+            window_shards: AtomicU64::new(0),
             prefetches_for_later_epoch: AtomicU64::new(0),
             prefetched_bytes_for_later_epoch: AtomicU64::new(0),
             prefetch_errors: AtomicU64::new(0),
@@ -469,8 +478,9 @@ impl Readahead {
             .fetch_add(waited.as_nanos() as u64, Relaxed);
     }
 
-    /// Distance (in positions) to the next planned use of `shard` by any rank; `u64::MAX`
-    /// when no rank will read it within its window. Eviction drops the largest first.
+    /// Distance (in positions) to the next use of `shard` by any rank, within its window or
+    /// past it (see [`BEYOND_WINDOWS`]); `u64::MAX` when no rank's walk met it. Eviction drops
+    /// the largest first.
     pub fn next_use(&self, shard: u32) -> u64 {
         self.inner
             .next_use
@@ -554,6 +564,7 @@ impl Readahead {
             "prefetched_bytes_for_next_epoch": i.prefetched_bytes_for_later_epoch.load(Relaxed),
             "prefetch_errors": i.prefetch_errors.load(Relaxed),
             "plans": i.plans.load(Relaxed),
+            "window_shards": i.window_shards.load(Relaxed),
             "samples_advised": i.advised.load(Relaxed),
             "fetches_pending": pending,
             "fetches_in_flight": in_flight,
@@ -728,6 +739,11 @@ impl Inner {
             .collect();
         self.orders.set_in_use(in_use);
         let mut epochs: HashMap<u64, Option<EpochOrders>> = HashMap::new();
+        // Past the window, the walk goes on for eviction only: later uses of shards outside
+        // the window, so the cache drops the one needed last, not the least recently used
+        // of all those the window does not reach (a shard just finished this epoch is
+        // recent, one whose samples come back after the window is not).
+        let mut beyond = ShardDistances::default();
         let mut planned = ShardSet::default();
         let mut totals = vec![0u64; starts.len() + 1];
         let mut full = vec![false; starts.len() + 1];
@@ -750,6 +766,10 @@ impl Inner {
             let mut walked = 0u64;
             let mut distance = 0u64;
             let mut start = start0;
+            // Set once the window is full: the rest of the walk only records `beyond`.
+            let mut window_end: Option<u64> = None;
+            let mut beyond_bytes = 0u64;
+            let mut beyond_seen = ShardSet::default();
             let end = match self.opts.last_epoch {
                 Some(last) => last
                     .saturating_add(1)
@@ -785,10 +805,29 @@ impl Inner {
                         }
                         continue;
                     }
+                    if window_end.is_some() {
+                        if !beyond_seen.contains(shard) {
+                            beyond_bytes =
+                                beyond_bytes.saturating_add(self.shards.shard_bytes(shard));
+                            if beyond_bytes > per_rank.saturating_mul(BEYOND_WINDOWS) {
+                                break 'epochs;
+                            }
+                            beyond_seen.insert(shard);
+                        }
+                        beyond.at_most(shard, distance, e > epoch);
+                        distance += 1;
+                        if distance > self.opts.max_lookahead {
+                            break 'epochs;
+                        }
+                        continue;
+                    }
                     if !seen.contains(shard) {
                         let size = self.shards.shard_bytes(shard);
                         if !seen.is_empty() && bytes.saturating_add(size) > per_rank {
-                            break 'epochs;
+                            window_end = Some(distance);
+                            beyond.at_most(shard, distance, e > epoch);
+                            distance += 1;
+                            continue;
                         }
                         if !planned.contains(shard) {
                             let stream = stream_of(shard);
@@ -802,8 +841,9 @@ impl Inner {
                                 // shards, but keep walking for the other streams.
                                 *is_full = true;
                                 if full.iter().all(|&f| f) {
-                                    break 'epochs;
+                                    window_end = Some(distance);
                                 }
+                                beyond.at_most(shard, distance, e > epoch);
                                 distance += 1;
                                 continue;
                             }
@@ -821,7 +861,7 @@ impl Inner {
                 }
                 start = 0;
             }
-            let window = distance;
+            let window = window_end.unwrap_or(distance);
             c.replan_step
                 .store((window / REPLAN_FRACTION).max(REPLAN_STEP), Relaxed);
         }
@@ -833,8 +873,12 @@ impl Inner {
             .map(|(s, d)| (*d, *s))
             .collect();
         wanted.sort_unstable();
+        // For eviction: the window's distances, and past it the later uses it does not cover.
+        let mut evict_order = beyond.into_map();
+        evict_order.extend(next_use.iter().map(|(s, d)| (*s, *d)));
+        self.window_shards.store(next_use.len() as u64, Relaxed);
         Plan {
-            next_use,
+            next_use: evict_order,
             wanted: wanted.into_iter().map(|(_, s)| s).collect(),
             later,
         }
