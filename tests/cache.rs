@@ -1556,6 +1556,9 @@ fn a_shard_whose_every_download_has_a_damaged_part_is_put_together_from_clean_pa
         ),
         (1, 1, 2)
     );
+    // Every byte that came from the store is counted: index.json, the shard, two parts.
+    let index_len = std::fs::metadata(ds.join("index.json")).unwrap().len();
+    assert_eq!(st.bytes_fetched, index_len + size + 2 * part);
     check_every_sample(&cache, &ds);
 }
 

@@ -315,6 +315,7 @@ impl Dataset {
         // The last download in parts that failed its check, kept to be repaired.
         let mut held: Option<(bytes::BytesMut, store::EtagMd5s)> = None;
         for attempt in 1..=downloads {
+            let repairing = held.is_some();
             let fetched = match held.take() {
                 Some((whole, tag)) => self.repair(shard, &key, &check, whole, tag),
                 None if in_parts => {
@@ -334,6 +335,10 @@ impl Dataset {
                 Err(e) => return Err(e.into()),
             };
             let bytes = fetched.bytes;
+            if !repairing {
+                // A repair counted the parts it fetched again.
+                Counters::add(&self.counters.bytes_fetched, bytes.len() as u64);
+            }
             let sums = TransferSums {
                 md5: fetched.md5,
                 multipart_md5: fetched.multipart_md5,
@@ -404,6 +409,7 @@ impl Dataset {
             },
         )?;
         Counters::add(&self.counters.parts_refetched, u64::from(repair.refetched));
+        Counters::add(&self.counters.bytes_fetched, repair.bytes);
         if repair.verified {
             Counters::add(&self.counters.repaired_downloads, 1);
         }

@@ -76,6 +76,8 @@ pub async fn get_in_parts(
 pub struct PartRepair {
     /// Parts fetched again.
     pub refetched: u32,
+    /// Their bytes.
+    pub bytes: u64,
     /// Parts whose new bytes differed from the held ones and replaced them.
     pub replaced: u32,
     /// The check accepted the object after a replacement (the repair ended there).
@@ -120,6 +122,7 @@ pub async fn refetch_differing_parts(
             .get_part_into(key, at as u64..end as u64, &mut *part)
             .await?;
         repair.refetched += 1;
+        repair.bytes += (end - at) as u64;
         if got != *tag {
             return Err(StoreError::Changed {
                 url: store.url_of(key),
@@ -265,6 +268,7 @@ mod tests {
             r,
             PartRepair {
                 refetched: 4,
+                bytes: 400,
                 replaced: 1,
                 verified: true
             }
