@@ -2,7 +2,7 @@
 //!
 //! The pieces follow the path of a read: [`Index`] (which shard holds global sample `g`),
 //! [`ShardHeader`] (where sample `i` lies in the shard), [`split_sample`] (where each column lies
-//! in the sample), [`render`] (the bytes of the column file a user reads). Shards stored
+//! in the sample), [`render`](mod@render) (the bytes of the column file a user reads). Shards stored
 //! compressed go through [`decompress`] first, and [`verify_hashes`] checks what was fetched.
 //! [`writer`] produces datasets exactly like the Python `MDSWriter`, for tests and examples.
 //! Nothing here panics on bad input: every failure is an [`MdsError`] naming the file

@@ -92,7 +92,7 @@ pub const MAX_DIFFERING_PARTS: usize = 3;
 /// cut it) that failed its check: the parts are fetched again one at a time, and where a
 /// part's new bytes differ from the held ones, `verified` is asked whether the whole object
 /// checks out with the new bytes, and with every mix of old and new bytes of the parts that
-/// differed so far (up to [`MAX_DIFFERING_PARTS`]); the first yes ends the repair.
+/// differed so far (up to `MAX_DIFFERING_PARTS`); the first yes ends the repair.
 ///
 /// Damage in transit is rare and lands in one part, so a failed download costs the parts up
 /// to the damaged one again, not the whole object; an object whose every download brings some

@@ -89,7 +89,7 @@ pub fn scalar_text(d: Dtype, raw: &[u8]) -> Result<String> {
 }
 
 /// Splits a list-of-images value into its element byte strings.
-/// `jpeg_array`: u32 n, u32 sizes[n], blobs. `list[*]`: u32 placeholder, then the same.
+/// `jpeg_array`: u32 n, u32 sizes\[n\], blobs. `list[*]`: u32 placeholder, then the same.
 pub fn list_elements<'a>(enc: &Encoding, raw: &'a [u8]) -> Result<Vec<&'a [u8]>> {
     let wrap = |e: MdsError| render_err(enc, e.to_string());
     let start = match enc {

@@ -1,7 +1,7 @@
 //! The `.npy` header, byte for byte as `numpy.save` writes it (numpy `lib/format.py`,
 //! `_write_array_header` + `_wrap_header`, format version 1.0):
 //! `\x93NUMPY\x01\x00`, a u16 header length, then the dict text
-//! `{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }`, 21 − len(str(shape[0])) spare
+//! `{'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }`, 21 − len(str(shape\[0\])) spare
 //! spaces (numpy's room to grow the first axis in place), then spaces up to a 64-byte boundary
 //! and a final newline. The C-order data follows the header unchanged.
 
