@@ -85,7 +85,7 @@ pub struct PartRepair {
 }
 
 /// At most this many parts that differed between the held download and the repair are kept
-/// in both versions, whose combinations are tried (2^n checks at the n-th such part).
+/// in both versions, whose combinations are tried (2^(n-1) checks at the n-th such part).
 pub const MAX_DIFFERING_PARTS: usize = 3;
 
 /// Repairs `whole`, a download of `key` in parts of `part_size` bytes (as [`get_in_parts`]
@@ -142,12 +142,14 @@ pub async fn refetch_differing_parts(
             }
             if other.len() < MAX_DIFFERING_PARTS {
                 other.push((at..end, part.to_vec()));
-                // The new part's new bytes with the older parts' other versions: every mix
-                // but the one just checked. `uses_other` tracks which parts are swapped.
-                let n = other.len();
-                let mut uses_other = vec![false; n];
-                for mix in 1..(1u32 << n) {
-                    for (j, (range, version)) in other.iter_mut().enumerate() {
+                // The new part's new bytes with every mix of the older differing parts'
+                // versions but the one just checked. (Its held bytes with those mixes were
+                // checked before it was fetched again, and the held download as a whole
+                // failed.) `uses_other` tracks which older parts are swapped.
+                let older = other.len() - 1;
+                let mut uses_other = vec![false; older];
+                for mix in 1..(1u32 << older) {
+                    for (j, (range, version)) in other.iter_mut().take(older).enumerate() {
                         let want = mix & (1 << j) != 0;
                         if want != uses_other[j] {
                             whole[range.clone()].swap_with_slice(version);
@@ -160,7 +162,7 @@ pub async fn refetch_differing_parts(
                     }
                 }
                 // None holds: back to the newest bytes of every part.
-                for (j, (range, version)) in other.iter_mut().enumerate() {
+                for (j, (range, version)) in other.iter_mut().take(older).enumerate() {
                     if uses_other[j] {
                         whole[range.clone()].swap_with_slice(version);
                     }
@@ -187,6 +189,7 @@ mod tests {
     use bytes::Bytes;
     use std::ops::Range;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
 
     /// An in-memory object whose ETag changes after `changes_after` ranged reads.
     #[derive(Debug)]
@@ -281,62 +284,21 @@ mod tests {
         assert!(matches!(err, StoreError::Changed { .. }), "{err}");
     }
 
-    /// The object of `memory`, but the reads numbered in `damaged` (from 0) come with a
-    /// byte flipped.
-    #[derive(Debug)]
-    struct Damaging {
-        inner: Memory,
-        damaged: Vec<usize>,
-        reads: AtomicUsize,
-    }
-
-    impl Store for Damaging {
-        fn url_of(&self, key: &ObjectKey) -> String {
-            self.inner.url_of(key)
-        }
-        fn head<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo> {
-            self.inner.head(key)
-        }
-        fn get_range<'a>(&'a self, k: &'a ObjectKey, r: Range<u64>) -> StoreFuture<'a, Bytes> {
-            self.inner.get_range(k, r)
-        }
-        fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
-            self.inner.get(key)
-        }
-        fn get_part_into<'a>(
-            &'a self,
-            key: &'a ObjectKey,
-            r: Range<u64>,
-            dest: &'a mut [u8],
-        ) -> StoreFuture<'a, EtagMd5s> {
-            Box::pin(async move {
-                let n = self.reads.fetch_add(1, Ordering::SeqCst);
-                let tag = self.inner.get_part_into(key, r, &mut *dest).await?;
-                if self.damaged.contains(&n) {
-                    dest[0] ^= 0x40;
-                }
-                Ok(tag)
-            })
-        }
-        fn list<'a>(&'a self, p: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
-            self.inner.list(p)
-        }
-    }
-
     #[tokio::test]
     async fn a_part_damaged_in_the_repair_itself_is_outvoted_by_its_held_bytes() {
+        use crate::store::{Fault, FaultyStore};
         let key = ObjectKey::new("shard.00000.mds").expect("key");
-        let m = Damaging {
-            inner: memory(1000, usize::MAX),
-            damaged: vec![0],
-            reads: AtomicUsize::new(0),
-        };
-        let truth = m.inner.data.clone();
-        // The held download's part 2 is damaged; the repair's new part 0 is too.
+        let m = Arc::new(memory(1000, usize::MAX));
+        let truth = m.data.clone();
+        let faulty = FaultyStore::new(m.clone());
+        // The held download's part 2 is damaged; the repair's new part 0 is too (the first
+        // request: a flipped byte in its middle).
+        faulty.inject(Fault::Corrupt, None, Some(1));
         let mut whole = truth.to_vec();
         whole[250] ^= 1;
         let mut checks = 0;
-        let r = refetch_differing_parts(&m, &key, &mut whole, 100, &(Some([0; 16]), None), |b| {
+        let tag = (Some([0; 16]), None);
+        let r = refetch_differing_parts(&faulty, &key, &mut whole, 100, &tag, |b| {
             checks += 1;
             b == &truth[..]
         })
@@ -344,25 +306,19 @@ mod tests {
         .expect("repair");
         assert!(r.verified, "{r:?}");
         assert_eq!((r.refetched, r.replaced), (3, 2));
-        // Part 0: new (fails), old (fails: part 2); part 2: new with part 0 new (fails), then
-        // with part 0 old: holds.
-        assert_eq!(checks, 4);
+        // Part 0 new (fails: part 2); part 2 new with part 0 new (fails), then with part 0
+        // old: holds. (Part 0 old with part 2 old is the held download: never checked again.)
+        assert_eq!(checks, 3);
         assert_eq!(&whole[..], &truth[..]);
         // Damage that no mix of two versions undoes: not verified, newest bytes kept.
-        let m = Damaging {
-            inner: memory(1000, usize::MAX),
-            damaged: (0..10).collect(),
-            reads: AtomicUsize::new(0),
-        };
+        faulty.inject(Fault::Corrupt, None, None);
         let mut whole = truth.to_vec();
         whole[250] ^= 1;
-        let r = refetch_differing_parts(&m, &key, &mut whole, 100, &(Some([0; 16]), None), |b| {
-            b == &truth[..]
-        })
-        .await
-        .expect("repair");
+        let r = refetch_differing_parts(&faulty, &key, &mut whole, 100, &tag, |b| b == &truth[..])
+            .await
+            .expect("repair");
         assert_eq!((r.verified, r.refetched, r.replaced), (false, 10, 10));
-        assert_eq!(whole[0], truth[0] ^ 0x40, "the newest bytes are kept");
+        assert_eq!(whole[50], truth[50] ^ 0x5a, "the newest bytes are kept");
     }
 
     #[tokio::test]
