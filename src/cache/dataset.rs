@@ -335,6 +335,7 @@ impl Dataset {
                 Err(e) => return Err(e.into()),
             };
             let bytes = fetched.bytes;
+            let checking = std::time::Instant::now();
             if !repairing {
                 // A repair counted the parts it fetched again.
                 Counters::add(&self.counters.bytes_fetched, bytes.len() as u64);
@@ -360,7 +361,14 @@ impl Dataset {
                     })
             });
             match outcome {
-                Ok(raw) => return Ok(raw),
+                Ok(raw) => {
+                    tracing::debug!(
+                        shard,
+                        check_ms = checking.elapsed().as_millis() as u64,
+                        "shard checked"
+                    );
+                    return Ok(raw);
+                }
                 Err(reason) => last = reason,
             }
             failed(attempt, &last);

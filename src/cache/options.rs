@@ -32,7 +32,8 @@ pub struct CacheOptions {
     pub uring_depth: u32,
     /// Threads that run `prefetch` fills.
     pub prefetch_threads: usize,
-    /// Downloads of one shard attempted when its bytes fail verification.
+    /// Downloads of one shard attempted when its bytes fail verification (after a download
+    /// in parts, the later ones are part-by-part repairs, so they cost little).
     pub verify_attempts: u32,
     /// Bytes of shards downloaded at once (each held in memory until it is verified and on
     /// disk); a shard larger than this downloads alone. 0 = no bound.
@@ -52,7 +53,7 @@ impl Default for CacheOptions {
             io: IoMode::Auto,
             uring_depth: 64,
             prefetch_threads: 4,
-            verify_attempts: 3,
+            verify_attempts: 5,
             download_memory: 128 << 20,
             pinned_wait: std::time::Duration::from_secs(30),
         }

@@ -2,7 +2,7 @@
 //! memory tier in front of it. See the module notes in `cache/mod.rs`.
 
 use super::dataset::Dataset;
-use super::download_budget::DownloadBudget;
+use super::download_budget::{DownloadBudget, Urgency};
 use super::io::{self, FileReader};
 use super::layout::{Durability, Layout};
 use super::memory::{MemoryTier, Provenance};
@@ -18,26 +18,69 @@ use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
-/// One fill in progress; waiters block on `cv` until `result` is set.
+/// One fill in progress; waiters block on `cv` until `result` is set, or until the shard's
+/// verified bytes are in (`verified`, for [`ShardCache::sample`]: served before they are on
+/// disk).
 #[derive(Debug, Default)]
 struct Flight {
-    result: Mutex<Option<Result<(), CacheError>>>,
+    state: Mutex<FlightState>,
     cv: Condvar,
 }
 
+#[derive(Debug, Default)]
+struct FlightState {
+    /// The downloaded and verified shard, from the moment it is checked until the fill ends.
+    verified: Option<Bytes>,
+    result: Option<Result<(), CacheError>>,
+}
+
 impl Flight {
+    fn lock(&self) -> MutexGuard<'_, FlightState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The shard's bytes passed every check: readers of single samples need not wait for
+    /// the disk write.
+    fn publish(&self, raw: Bytes) {
+        let mut st = self.lock();
+        if st.result.is_none() {
+            st.verified = Some(raw);
+        }
+        drop(st);
+        self.cv.notify_all();
+    }
+
     fn finish(&self, r: Result<(), CacheError>) {
-        *self.result.lock().unwrap_or_else(|p| p.into_inner()) = Some(r);
+        let mut st = self.lock();
+        st.result = Some(r);
+        // The shard is on disk now (or the fill failed): let go of its bytes.
+        st.verified = None;
+        drop(st);
         self.cv.notify_all();
     }
 
     fn wait(&self) -> Result<(), CacheError> {
-        let mut g = self.result.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.lock();
         loop {
-            if let Some(r) = g.as_ref() {
+            if let Some(r) = st.result.as_ref() {
                 return r.clone();
             }
-            g = self.cv.wait(g).unwrap_or_else(|p| p.into_inner());
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
+    /// The verified bytes as soon as they are in; `None` when the fill ended first (the
+    /// shard is resident, or the fill failed: look at the slot again).
+    fn wait_verified(&self) -> Option<Bytes> {
+        let mut st = self.lock();
+        loop {
+            if let Some(b) = st.verified.as_ref() {
+                return Some(b.clone());
+            }
+            if st.result.is_some() {
+                return None;
+            }
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
         }
     }
 }
@@ -548,12 +591,16 @@ impl ShardCache {
         Ok(header)
     }
 
-    /// Sample `i` of `shard`: memory tier, else the cached file (fetching the shard if needed).
-    /// Verified bytes only; when the disk cannot take the shard, the verified samples the
-    /// failed fill left in memory still answer.
+    /// Sample `i` of `shard`: memory tier, else the verified bytes of a fill in progress (a
+    /// read does not wait for the disk write), else the cached file (fetching the shard if
+    /// needed). Verified bytes only; when the disk cannot take the shard, the verified samples
+    /// the failed fill left in memory still answer.
     pub fn sample(self: &Arc<Self>, shard: usize, i: u32) -> Result<Bytes, CacheError> {
         if let Some(b) = self.memory.sample(shard, i) {
             Counters::add(&self.counters.memory_hits, 1);
+            return Ok(b);
+        }
+        if let Some(b) = self.sample_from_flight(shard, i)? {
             return Ok(b);
         }
         match self.get(shard) {
@@ -736,59 +783,125 @@ impl ShardCache {
                     st.slots[shard] = Slot::Filling(flight.clone());
                     st.reserved = st.reserved.saturating_add(need);
                     drop(st);
-                    let mut guard = FillGuard {
-                        cache: self,
-                        shard,
-                        need,
-                        flight: flight.clone(),
-                        armed: true,
-                    };
-                    let result = self.fill(shard, need);
-                    guard.armed = false;
-                    let mut st = self.lock();
-                    st.reserved = st.reserved.saturating_sub(need);
-                    match &result {
-                        Ok(bytes) => {
-                            st.clock += 1;
-                            let last_use = st.clock;
-                            st.slots[shard] = Slot::Resident {
-                                bytes: *bytes,
-                                pins: u32::from(pin),
-                                last_use,
-                                file: None,
-                            };
-                            st.usage = st.usage.saturating_add(*bytes);
-                            drop(st);
-                            self.room.notify_all();
-                            self.policy.inserted(shard, *bytes);
-                            flight.finish(Ok(()));
-                            return Ok(true);
-                        }
-                        Err(e) => {
-                            st.slots[shard] = Slot::Absent;
-                            drop(st);
-                            self.room.notify_all();
-                            Counters::add(&self.counters.fill_failures, 1);
-                            flight.finish(Err(e.clone()));
-                            return Err(e.clone());
-                        }
-                    }
+                    // A caller that waits (a read) is a demand: its download goes before the
+                    // readahead's, in download memory and in connections.
+                    let demand = wait == RoomWait::Wait;
+                    self.run_fill(shard, need, &flight, pin, demand)?;
+                    return Ok(true);
                 }
             }
         }
     }
 
+    /// Fills the slot of `shard`, which the caller set to `Filling(flight)` with `need` bytes
+    /// reserved: downloads it, then makes it resident (pinned once if `pin`) or absent again,
+    /// and tells the flight's waiters.
+    fn run_fill(
+        &self,
+        shard: usize,
+        need: u64,
+        flight: &Arc<Flight>,
+        pin: bool,
+        demand: bool,
+    ) -> Result<(), CacheError> {
+        let mut guard = FillGuard {
+            cache: self,
+            shard,
+            need,
+            flight: flight.clone(),
+            armed: true,
+        };
+        let result = self.fill(shard, need, demand, flight);
+        guard.armed = false;
+        let mut st = self.lock();
+        st.reserved = st.reserved.saturating_sub(need);
+        match result {
+            Ok(bytes) => {
+                st.clock += 1;
+                let last_use = st.clock;
+                st.slots[shard] = Slot::Resident {
+                    bytes,
+                    pins: u32::from(pin),
+                    last_use,
+                    file: None,
+                };
+                st.usage = st.usage.saturating_add(bytes);
+                drop(st);
+                self.room.notify_all();
+                self.policy.inserted(shard, bytes);
+                flight.finish(Ok(()));
+                Ok(())
+            }
+            Err(e) => {
+                st.slots[shard] = Slot::Absent;
+                drop(st);
+                self.room.notify_all();
+                Counters::add(&self.counters.fill_failures, 1);
+                flight.finish(Err(e.clone()));
+                Err(e)
+            }
+        }
+    }
+
+    /// Sample `i` of `shard` from the verified bytes of a fill in progress (started by the
+    /// readahead or another read), as soon as they are checked: the read does not wait for
+    /// the disk write. `None` when nobody fills the shard or the fill ended first: read it the
+    /// usual way (which fills it on this thread when it is absent).
+    fn sample_from_flight(&self, shard: usize, i: u32) -> Result<Option<Bytes>, CacheError> {
+        let flight = match self.lock().slots.get(shard) {
+            Some(Slot::Filling(f)) => f.clone(),
+            _ => return Ok(None),
+        };
+        let Some(raw) = flight.wait_verified() else {
+            return Ok(None);
+        };
+        Counters::add(&self.counters.disk_misses, 1);
+        let header = match self.memory.header(shard) {
+            Some(h) => h,
+            None => Arc::new(ShardHeader::parse(&raw).map_err(|e| CacheError::Corrupt {
+                shard,
+                file: self.key(shard).map(|k| k.to_string()).unwrap_or_default(),
+                reason: e.to_string(),
+            })?),
+        };
+        let r = header.sample_range(i).map_err(|_| {
+            self.out_of_range(shard, format!("sample {i} of {}", header.num_samples()))
+        })?;
+        let (start, end) = (r.start as usize, r.end as usize);
+        let bytes = raw.get(start..end).ok_or_else(|| {
+            self.out_of_range(shard, format!("bytes {start}..{end} of {}", raw.len()))
+        })?;
+        // A copy: a slice would keep the whole shard in memory as long as it lives.
+        Ok(Some(Bytes::copy_from_slice(bytes)))
+    }
+
     /// Downloads, verifies, decompresses and writes one shard (of `size` uncompressed bytes)
     /// atomically. Returns its size.
-    fn fill(&self, shard: usize, size: u64) -> Result<u64, CacheError> {
-        let _memory = self.downloads.acquire(size);
+    fn fill(
+        &self,
+        shard: usize,
+        size: u64,
+        demand: bool,
+        flight: &Flight,
+    ) -> Result<u64, CacheError> {
+        // A read waits for it: its download goes before the readahead's, in download memory
+        // and in connections.
+        let urgency = if demand {
+            Urgency::Demand
+        } else {
+            Urgency::Prefetch
+        };
+        let _memory = self.downloads.acquire(size, urgency);
+        let _demand = crate::store::demand_scope(demand);
         let started = Instant::now();
         let raw = self.dataset.fetch_shard(shard, self.opts.verify_attempts)?;
-        self.counters.fetch_latency.observe(started.elapsed());
+        let fetched_in = started.elapsed();
+        self.counters.fetch_latency.observe(fetched_in);
         if let Ok(h) = ShardHeader::parse(&raw) {
             self.memory
                 .put_header(shard, Provenance::Verified, Arc::new(h));
         }
+        flight.publish(raw.clone());
         let key = self.key(shard)?;
         let dest = self.layout.shard_path(key);
         let sum = xxhash_rust::xxh3::xxh3_64(&raw);
@@ -821,7 +934,13 @@ impl ShardCache {
             .unwrap_or_else(|p| p.into_inner())
             .insert(shard, Trust { sum, verified });
         Counters::add(&self.counters.shards_fetched, 1);
-        tracing::debug!(shard, bytes = raw.len(), "shard cached");
+        tracing::debug!(
+            shard,
+            bytes = raw.len(),
+            fetch_ms = fetched_in.as_millis() as u64,
+            total_ms = started.elapsed().as_millis() as u64,
+            "shard cached"
+        );
         Ok(raw.len() as u64)
     }
 
@@ -1124,5 +1243,50 @@ impl ShardHandle {
 impl Drop for ShardHandle {
     fn drop(&mut self) {
         self.cache.unpin(self.shard);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_fill_s_verified_bytes_reach_its_waiters_before_it_ends_and_are_let_go_after() {
+        let flight = Arc::new(Flight::default());
+        let waiter = {
+            let f = flight.clone();
+            std::thread::spawn(move || f.wait_verified())
+        };
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert!(!waiter.is_finished(), "nothing verified yet");
+        let raw = Bytes::from(vec![7u8; 1 << 20]);
+        flight.publish(raw.clone());
+        let got = waiter.join().expect("waiter");
+        assert_eq!(
+            got.as_deref(),
+            Some(&raw[..]),
+            "served before the fill ends"
+        );
+        drop(got);
+        flight.finish(Ok(()));
+        assert!(
+            flight.wait_verified().is_none(),
+            "after the fill: read the disk"
+        );
+        assert!(flight.wait().is_ok());
+        // The flight holds no reference to the shard's bytes once the fill ended.
+        assert!(raw.try_into_mut().is_ok(), "the bytes are ours alone again");
+
+        // A fill that fails before its bytes are verified wakes its waiters with nothing.
+        let failed = Arc::new(Flight::default());
+        let waiter = {
+            let f = failed.clone();
+            std::thread::spawn(move || f.wait_verified())
+        };
+        failed.finish(Err(CacheError::FillAborted { shard: 3 }));
+        assert!(waiter.join().expect("waiter").is_none());
+        // Bytes published after the end are not kept.
+        failed.publish(Bytes::from_static(b"late"));
+        assert!(failed.wait_verified().is_none());
     }
 }

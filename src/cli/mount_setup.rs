@@ -50,7 +50,8 @@ pub struct MountConfig {
     /// Serve Prometheus metrics at http://HOST:PORT/metrics (off by default; docs/METRICS.md).
     #[arg(long, value_name = "HOST:PORT")]
     pub metrics_addr: Option<String>,
-    /// Shard fetches in flight at once (each uses up to two connections' worth of parts).
+    /// Shard fetches in flight at once (each uses up to two connections' worth of parts; a read
+    /// waiting for its shard may open half as many connections again when all are busy).
     #[arg(long, default_value_t = 8)]
     pub fetch_concurrency: usize,
     /// Shards larger than this are downloaded as parallel ranged GETs of this size (0: one

@@ -49,24 +49,30 @@ impl BlockingStore {
         self.store.url_of(key)
     }
 
+    /// Runs `fut` to completion on the runtime, carrying the calling thread's demand mark
+    /// (see [`super::demand_scope`]).
+    fn run<F: std::future::Future>(&self, fut: F) -> F::Output {
+        self.runtime.block_on(super::urgency::carry(fut))
+    }
+
     /// See [`Store::head`].
     pub fn head(&self, key: &ObjectKey) -> Result<ObjectInfo, StoreError> {
-        self.runtime.block_on(self.store.head(key))
+        self.run(self.store.head(key))
     }
 
     /// See [`Store::get_range`].
     pub fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StoreError> {
-        self.runtime.block_on(self.store.get_range(key, range))
+        self.run(self.store.get_range(key, range))
     }
 
     /// See [`Store::get`].
     pub fn get(&self, key: &ObjectKey) -> Result<Bytes, StoreError> {
-        self.runtime.block_on(self.store.get(key))
+        self.run(self.store.get(key))
     }
 
     /// See [`Store::get_fetched`].
     pub fn get_fetched(&self, key: &ObjectKey) -> Result<super::Fetched, StoreError> {
-        self.runtime.block_on(self.store.get_fetched(key))
+        self.run(self.store.get_fetched(key))
     }
 
     /// See [`super::get_in_parts`].
@@ -76,7 +82,7 @@ impl BlockingStore {
         size: u64,
         part_size: u64,
     ) -> Result<super::Fetched, StoreError> {
-        self.runtime.block_on(super::get_in_parts(
+        self.run(super::get_in_parts(
             self.store.as_ref(),
             key,
             size,
@@ -93,7 +99,7 @@ impl BlockingStore {
         tag: &super::EtagMd5s,
         verified: impl FnMut(&[u8]) -> bool,
     ) -> Result<super::PartRepair, StoreError> {
-        self.runtime.block_on(super::refetch_differing_parts(
+        self.run(super::refetch_differing_parts(
             self.store.as_ref(),
             key,
             whole,
@@ -105,7 +111,7 @@ impl BlockingStore {
 
     /// See [`Store::list`].
     pub fn list(&self, prefix: Option<&ObjectKey>) -> Result<Vec<ObjectInfo>, StoreError> {
-        self.runtime.block_on(self.store.list(prefix))
+        self.run(self.store.list(prefix))
     }
 }
 

@@ -19,6 +19,8 @@
 //! - [`get_in_parts`]: one object as parallel ranged GETs, assembled and checked to come
 //!   from one version of the object.
 //! - [`BlockingStore`]: a synchronous facade with its own small runtime, for FUSE threads.
+//! - [`demand_scope`]: marks the downloads a reader waits for, which `ResilientStore` lets
+//!   past the readahead's (an express lane of extra connections).
 //!
 //! Credentials come from the standard chains and are never logged: for S3, environment
 //! (`AWS_ACCESS_KEY_ID`, ...), then the shared profile files (`AWS_PROFILE`), then web
@@ -36,6 +38,7 @@ mod options;
 mod parts;
 mod resilient;
 mod source;
+mod urgency;
 
 pub use backend::{etag_md5, etag_multipart, ObjectStoreBackend};
 pub use blocking::BlockingStore;
@@ -48,6 +51,7 @@ pub use options::{StaticCredentials, StoreOptions};
 pub use parts::{get_in_parts, refetch_differing_parts, PartRepair};
 pub use resilient::ResilientStore;
 pub use source::{Source, SourceKind};
+pub use urgency::{demand_scope, DemandScope};
 
 use bytes::Bytes;
 use futures::future::BoxFuture;

@@ -8,6 +8,9 @@
 //! Each attempt holds one semaphore permit for its whole duration, body included, so
 //! `max_concurrency` bounds the connections one mount opens; the per-request timeout covers
 //! the body too, so a stalled transfer is abandoned and retried rather than hanging a reader.
+//! A request a reader waits for (see [`super::demand_scope`]) that finds every permit taken
+//! may use an express permit instead: up to half as many connections again, for reads only,
+//! so a read never queues behind the readahead's requests for shards needed later.
 
 use super::{ObjectInfo, ObjectKey, Store, StoreError, StoreFuture, StoreOptions, TransientKind};
 use bytes::Bytes;
@@ -18,11 +21,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
 
+/// The express permits of a store with `max_concurrency` regular ones: half as many again.
+fn express_permits(max_concurrency: usize) -> usize {
+    (max_concurrency / 2).max(1)
+}
+
 /// Adds per-request timeouts, a concurrency bound and retries to an inner store.
 #[derive(Debug)]
 pub struct ResilientStore {
     inner: Arc<dyn Store>,
     permits: Arc<Semaphore>,
+    /// Extra permits for requests a reader waits for, when `permits` are all taken.
+    express: Arc<Semaphore>,
     timeout: Duration,
     max_retries: u32,
     initial_backoff: Duration,
@@ -35,11 +45,19 @@ impl ResilientStore {
         ResilientStore {
             inner,
             permits: Arc::new(Semaphore::new(opts.max_concurrency.max(1))),
+            express: Arc::new(Semaphore::new(express_permits(opts.max_concurrency))),
             timeout: opts.request_timeout,
             max_retries: opts.max_retries,
             initial_backoff: opts.initial_backoff,
             max_backoff: opts.max_backoff,
         }
+    }
+
+    /// Connections in use now (regular and express permits taken).
+    #[cfg(test)]
+    fn in_use(&self, max_concurrency: usize) -> usize {
+        max_concurrency.max(1) - self.permits.available_permits() + express_permits(max_concurrency)
+            - self.express.available_permits()
     }
 
     fn backoff(&self, retry: u32) -> Duration {
@@ -74,14 +92,20 @@ impl ResilientStore {
         key: &ObjectKey,
         request: impl Future<Output = Result<T, StoreError>>,
     ) -> Result<T, StoreError> {
-        let _permit = self
-            .permits
-            .acquire()
-            .await
-            .map_err(|_| StoreError::Other {
-                url: self.inner.url_of(key),
-                detail: "store is shutting down".into(),
-            })?;
+        let permit = if super::urgency::is_demand() {
+            // Whichever frees first; a regular permit when both are free.
+            tokio::select! {
+                biased;
+                p = self.permits.acquire() => p,
+                p = self.express.acquire() => p,
+            }
+        } else {
+            self.permits.acquire().await
+        };
+        let _permit = permit.map_err(|_| StoreError::Other {
+            url: self.inner.url_of(key),
+            detail: "store is shutting down".into(),
+        })?;
         match tokio::time::timeout(self.timeout, request).await {
             Ok(r) => r,
             Err(_) => Err(StoreError::Transient {
@@ -225,5 +249,97 @@ impl Store for ResilientStore {
                 }
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::{demand_scope, urgency};
+
+    /// One-byte objects; a GET of `slow` takes a minute.
+    #[derive(Debug)]
+    struct SlowKey;
+
+    impl Store for SlowKey {
+        fn url_of(&self, key: &ObjectKey) -> String {
+            format!("mem://{key}")
+        }
+        fn head<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo> {
+            Box::pin(async move {
+                Ok(ObjectInfo {
+                    key: key.clone(),
+                    size: 1,
+                    e_tag: None,
+                })
+            })
+        }
+        fn get_range<'a>(&'a self, key: &'a ObjectKey, _r: Range<u64>) -> StoreFuture<'a, Bytes> {
+            self.get(key)
+        }
+        fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
+            Box::pin(async move {
+                if key.as_str() == "slow" {
+                    tokio::time::sleep(Duration::from_secs(60)).await;
+                }
+                Ok(Bytes::from_static(b"x"))
+            })
+        }
+        fn list<'a>(&'a self, _p: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
+            Box::pin(async { Ok(Vec::new()) })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_read_waiting_for_its_shard_does_not_queue_behind_busy_connections() {
+        let opts = StoreOptions {
+            max_concurrency: 2,
+            ..StoreOptions::default()
+        };
+        let store = Arc::new(ResilientStore::new(Arc::new(SlowKey), &opts));
+        let (slow, fast) = (
+            ObjectKey::new("slow").expect("key"),
+            ObjectKey::new("fast").expect("key"),
+        );
+        // The readahead's requests take both connections.
+        let busy: Vec<_> = (0..2)
+            .map(|_| {
+                let (store, slow) = (store.clone(), slow.clone());
+                tokio::spawn(async move { store.get(&slow).await })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(store.in_use(2), 2);
+        let wait = Duration::from_millis(300);
+        assert!(
+            tokio::time::timeout(wait, store.get(&fast)).await.is_err(),
+            "another prefetch waits for a connection"
+        );
+        let demand = {
+            let _d = demand_scope(true);
+            urgency::carry(store.get(&fast))
+        };
+        let got = tokio::time::timeout(wait, demand).await;
+        assert!(
+            matches!(got, Ok(Ok(ref b)) if b.as_ref() == b"x"),
+            "a read's request takes an express connection: {got:?}"
+        );
+        // The express lane is bounded too: half as many again (one here).
+        let held = {
+            let _d = demand_scope(true);
+            let (store, slow) = (store.clone(), slow.clone());
+            tokio::spawn(urgency::carry(async move { store.get(&slow).await }))
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(store.in_use(2), 3);
+        let another = {
+            let _d = demand_scope(true);
+            urgency::carry(store.get(&fast))
+        };
+        assert!(tokio::time::timeout(wait, another).await.is_err());
+        held.abort();
+        for b in busy {
+            b.abort();
+        }
     }
 }
