@@ -3,9 +3,11 @@
 //! Why it is shaped this way:
 //! - **A reader never sees a partial shard.** A fill downloads the stored file, checks its
 //!   size and its cheapest known hash from index.json (re-downloading on mismatch), decompresses
-//!   it to exactly the raw size, checks the header against the index, writes a temp file,
-//!   fsyncs, renames it into place and fsyncs the folder. Corrupt or short data never reaches
-//!   `shards/`. See `layout.rs` for the folder layout.
+//!   it to exactly the raw size, checks the header against the index, writes a temp file and
+//!   renames it into place, with its xxh3 recorded beside it. Corrupt or short data never
+//!   reaches `shards/`; the write is not fsynced (the read path does not wait for the disk),
+//!   and a file torn by a crash fails its xxh3 when adopted and is fetched again. See
+//!   `layout.rs` for the folder layout.
 //! - **Restarts keep everything verified.** The folder is keyed by the dataset identity
 //!   (canonical source URL + index.json digest), so datasets never collide and a remount
 //!   adopts every complete file (its existence under the final name with the right size
@@ -15,7 +17,10 @@
 //!   furthest-next-use). Shards pinned by a live [`ShardHandle`] are never evicted. A budget
 //!   smaller than the largest shard is refused at open with the size it needs.
 //! - **One download per shard.** Concurrent `get`s of an absent shard share one fill (single
-//!   flight); waiters get the fill's result, error included.
+//!   flight); waiters get the fill's result, error included. A sample read that waits on a
+//!   fill is answered from the fill's bytes as soon as they are verified, before the disk
+//!   write; a fill a read waits for goes before the readahead's (download memory, and an
+//!   express lane of connections in the store).
 //! - **Reads of cached files use io_uring** (one ring per reading thread by default; the
 //!   dedicated ring threads of `io/uring.rs` on request), with `pread` as the fallback when
 //!   io_uring is unavailable (see `io/`).
