@@ -199,6 +199,14 @@ struct FileStamp {
     mtime_ns: i128,
 }
 
+/// Where sample `i` lies in a whole shard of `len` bytes with this header; `None` when the
+/// header has no such sample or its offsets run past the shard.
+fn sample_span(header: &ShardHeader, i: u32, len: usize) -> Option<std::ops::Range<usize>> {
+    let r = header.sample_range(i).ok()?;
+    let (start, end) = (usize::try_from(r.start).ok()?, usize::try_from(r.end).ok()?);
+    (start <= end && end <= len).then_some(start..end)
+}
+
 /// xxh3-64 of the first `len` bytes of `file`, read in 1 MiB pieces.
 fn hash_file(file: &File, len: u64) -> std::io::Result<u64> {
     use std::os::unix::fs::FileExt;
@@ -864,15 +872,18 @@ impl ShardCache {
                 reason: e.to_string(),
             })?),
         };
-        let r = header.sample_range(i).map_err(|_| {
-            self.out_of_range(shard, format!("sample {i} of {}", header.num_samples()))
-        })?;
-        let (start, end) = (r.start as usize, r.end as usize);
-        let bytes = raw.get(start..end).ok_or_else(|| {
-            self.out_of_range(shard, format!("bytes {start}..{end} of {}", raw.len()))
+        let r = sample_span(&header, i, raw.len()).ok_or_else(|| {
+            self.out_of_range(
+                shard,
+                format!(
+                    "sample {i} of {} in {} bytes",
+                    header.num_samples(),
+                    raw.len()
+                ),
+            )
         })?;
         // A copy: a slice would keep the whole shard in memory as long as it lives.
-        Ok(Some(Bytes::copy_from_slice(bytes)))
+        Ok(Some(Bytes::copy_from_slice(&raw[r])))
     }
 
     /// Downloads, verifies, decompresses and writes one shard (of `size` uncompressed bytes)
@@ -954,15 +965,11 @@ impl ShardCache {
             return false;
         };
         for i in 0..header.num_samples() {
-            let Ok(r) = header.sample_range(i) else {
+            let Some(r) = sample_span(&header, i, raw.len()) else {
                 return false;
             };
-            let (start, end) = (r.start as usize, r.end as usize);
-            if start > end || end > raw.len() {
-                return false;
-            }
             self.memory
-                .put_sample(shard, i, Provenance::Verified, raw.slice(start..end));
+                .put_sample(shard, i, Provenance::Verified, raw.slice(r));
         }
         true
     }
