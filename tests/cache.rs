@@ -625,6 +625,51 @@ fn headers_of_uncompressed_remote_shards_cost_one_ranged_get() {
 }
 
 #[test]
+fn sizes_of_samples_whose_shard_is_on_its_way_wait_for_it_instead_of_ranged_gets() {
+    // A `stat` of a file whose shard the readahead is already downloading: ranged GETs
+    // beside that download would fetch the same bytes twice (egress over 1.0x).
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = fixtures().join("mds/basic");
+    let (faulty, counting, dataset) = instrumented(&ds, &quick_store());
+    let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+    for shard in [4usize, 5] {
+        let key = format!("shard.{shard:05}.mds");
+        faulty.inject(
+            Fault::Latency(Duration::from_millis(800)),
+            Some(&key),
+            Some(1),
+        );
+        let fired = faulty.fired();
+        cache.prefetch(shard);
+        let started = std::time::Instant::now();
+        while faulty.fired() == fired {
+            assert!(
+                started.elapsed() < Duration::from_secs(10),
+                "the prefetch never started"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // Shard 4 is sized by a sample, shard 5 by its header, both from the download.
+        if shard == 4 {
+            let sized = cache.sample_direct(shard, 3).unwrap();
+            assert_eq!(sized, cache.get(shard).unwrap().sample(3).unwrap());
+        } else {
+            let h = cache.header(shard).unwrap();
+            assert_eq!(
+                h.num_samples(),
+                cache.dataset().index().shards()[shard].samples
+            );
+        }
+        let c = counting.for_key(&key);
+        assert_eq!(
+            (c.range_gets, c.gets),
+            (0, 1),
+            "shard {shard}: one download, no ranged reads beside it"
+        );
+    }
+}
+
+#[test]
 fn bytes_from_ranged_reads_answer_sizes_but_never_reads() {
     // Ranged GETs are not hash-checked: a corrupted ranged sample may size a file before the
     // shard is downloaded, but reading it must return the verified shard's bytes.

@@ -589,6 +589,18 @@ impl ShardCache {
             return Ok(h);
         }
         Counters::add(&self.counters.memory_misses, 1);
+        if !self.is_resident(shard) && self.dataset.is_ranged(shard)? {
+            if let Some(raw) = self.flight_verified(shard) {
+                // On its way: its verified header (the fill put it in memory before publishing).
+                if let Some(h) = self.memory.header_any(shard) {
+                    return Ok(h);
+                }
+                return Ok(Arc::new(
+                    ShardHeader::parse(&raw).map_err(|e| self.corrupt(shard, e))?,
+                ));
+            }
+        }
+        // Resident (perhaps by a fill that just ended), or it must be fetched whole.
         let header = if self.is_resident(shard) || !self.dataset.is_ranged(shard)? {
             return self.get(shard)?.header();
         } else {
@@ -653,12 +665,17 @@ impl ShardCache {
         rc == 0
     }
 
-    /// Sample `i` without filling the disk tier: memory, else the cached file if resident,
-    /// else ranged GETs (header + sample) for an uncompressed shard, else a full fill.
+    /// Sample `i` without filling the disk tier: memory, else the verified bytes of a fill in
+    /// progress (waiting for them: the shard is on its way anyway, and ranged GETs beside its
+    /// download would fetch the same bytes twice), else the cached file if resident, else
+    /// ranged GETs (header + sample) for an uncompressed shard, else a full fill.
     /// Ranged bytes are not hash-checked: they answer `stat`, never a read.
     pub fn sample_direct(self: &Arc<Self>, shard: usize, i: u32) -> Result<Bytes, CacheError> {
         if let Some(b) = self.memory.sample_any(shard, i) {
             Counters::add(&self.counters.memory_hits, 1);
+            return Ok(b);
+        }
+        if let Some(b) = self.sample_from_flight(shard, i)? {
             return Ok(b);
         }
         if self.is_resident(shard) || !self.dataset.is_ranged(shard)? {
@@ -856,21 +873,13 @@ impl ShardCache {
     /// the disk write. `None` when nobody fills the shard or the fill ended first: read it the
     /// usual way (which fills it on this thread when it is absent).
     fn sample_from_flight(&self, shard: usize, i: u32) -> Result<Option<Bytes>, CacheError> {
-        let flight = match self.lock().slots.get(shard) {
-            Some(Slot::Filling(f)) => f.clone(),
-            _ => return Ok(None),
-        };
-        let Some(raw) = flight.wait_verified() else {
+        let Some(raw) = self.flight_verified(shard) else {
             return Ok(None);
         };
         Counters::add(&self.counters.disk_misses, 1);
         let header = match self.memory.header(shard) {
             Some(h) => h,
-            None => Arc::new(ShardHeader::parse(&raw).map_err(|e| CacheError::Corrupt {
-                shard,
-                file: self.key(shard).map(|k| k.to_string()).unwrap_or_default(),
-                reason: e.to_string(),
-            })?),
+            None => Arc::new(ShardHeader::parse(&raw).map_err(|e| self.corrupt(shard, e))?),
         };
         let r = sample_span(&header, i, raw.len()).ok_or_else(|| {
             self.out_of_range(
@@ -884,6 +893,25 @@ impl ShardCache {
         })?;
         // A copy: a slice would keep the whole shard in memory as long as it lives.
         Ok(Some(Bytes::copy_from_slice(&raw[r])))
+    }
+
+    /// The verified bytes of the fill of `shard` in progress, waiting until they pass their
+    /// checks; `None` when nobody fills it or the fill ended first (look at the slot again).
+    fn flight_verified(&self, shard: usize) -> Option<Bytes> {
+        let flight = match self.lock().slots.get(shard) {
+            Some(Slot::Filling(f)) => f.clone(),
+            _ => return None,
+        };
+        flight.wait_verified()
+    }
+
+    /// A verified shard whose header does not parse.
+    fn corrupt(&self, shard: usize, e: impl std::fmt::Display) -> CacheError {
+        CacheError::Corrupt {
+            shard,
+            file: self.key(shard).map(|k| k.to_string()).unwrap_or_default(),
+            reason: e.to_string(),
+        }
     }
 
     /// Downloads, verifies, decompresses and writes one shard (of `size` uncompressed bytes)
