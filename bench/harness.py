@@ -390,9 +390,12 @@ class Runner:
             read_tree(prewarm)
         return dropped
 
-    def read(self, system, pass_name, lister, serve_pid=None, extra=None, repeat=1):
+    def read(self, system, pass_name, lister, serve_pid=None, extra=None, repeat=1,
+             settle=None):
         """Lists (`lister()` -> samples, seconds) and reads one pass; counts both. `repeat`:
-        how many times the list holds the dataset (a longer pass when one is too short to time)."""
+        how many times the list holds the dataset (a longer pass when one is too short to time).
+        `settle()`, if given, runs after the readers end and before the counters are read (the
+        pass's speed is the readers' own; serving CPU includes the settling)."""
         before = self._snap(serve_pid)
         samples, list_s = lister()
         manifest = os.path.join(self.workdir, f"manifest-{system}-{pass_name}.txt")
@@ -403,6 +406,8 @@ class Runner:
             [sys.executable, os.path.join(HERE, "reader.py"), "--manifest", manifest,
              "--workers", str(self.args.workers), "--batch-size", str(self.args.batch_size)],
             capture_output=True, text=True)
+        if settle is not None and res.returncode == 0:
+            settle()
         after = self._snap(serve_pid)
         if res.returncode != 0:
             raise BenchError(f"{system} {pass_name}: reader failed: {res.stderr.strip()}")
@@ -550,12 +555,15 @@ class Runner:
                     self.status = json.load(f)
             except (OSError, ValueError):
                 pass
-            # The names and sizes of the warm pass, for the null-FUSE ceiling below.
-            epoch1 = os.path.join(mnt, "rank-0", "epoch-1")
+            # The names and sizes of the warm and ram passes, for the null-FUSE ceiling below;
+            # the inode number as a key, so that a sample is one inode there too.
             null_manifest = os.path.join(self.workdir, "null-fuse-manifest.txt")
             with open(null_manifest, "w") as f:
-                for n in sorted(os.listdir(epoch1)):
-                    f.write(f"rank-0/epoch-1/{n}\t{os.stat(os.path.join(epoch1, n)).st_size}\n")
+                for e in range(1, 2 + n):
+                    folder = os.path.join(mnt, "rank-0", f"epoch-{e}")
+                    for name in sorted(os.listdir(folder)):
+                        st = os.stat(os.path.join(folder, name))
+                        f.write(f"rank-0/epoch-{e}/{name}\t{st.st_size}\t{st.st_ino}\n")
         finally:
             self.fuse_done(p, mnt)
         self.null_fuse(null_manifest)
@@ -578,6 +586,19 @@ class Runner:
                       lambda: sample_list_shardfs(os.path.join(mnt, "rank-0", "epoch-1")),
                       serve_pid=p.pid,
                       extra={"note": "FUSE ceiling: same names/sizes from memory"})
+            # shardfs's ram pass on the same tree: the kernel's page cache through FUSE.
+            n = self.args.ram_epochs
+
+            def ram_list():
+                samples, list_s = [], 0.0
+                for e in range(2, 2 + n):
+                    part, t = sample_list_shardfs(os.path.join(mnt, "rank-0", f"epoch-{e}"))
+                    samples += part
+                    list_s += t
+                return samples, list_s
+            self.read("null-fuse", "ram", ram_list, serve_pid=p.pid, repeat=n,
+                      extra={"note": "page-cache ceiling through FUSE: the ram pass's names, "
+                                     "one inode per sample, after the warm pass"})
         finally:
             self.fuse_done(p, mnt)
 
@@ -637,9 +658,14 @@ class Runner:
                     self.prepare(f"epoch {epoch}", None)
                     folder = os.path.join(mnt, "rank-0", f"epoch-{epoch}")
                     ahead0 = fetched_ahead(mnt)
+                    # The counters are read once no readahead fetch is in flight: the mount
+                    # counts a fetch for the next epoch when it ends, the server its bytes as
+                    # they go, so a fetch still running would be split between the two
+                    # epochs' columns.
                     row = self.read(f"shardfs {tag}", f"epoch {epoch}",
                                     lambda folder=folder: sample_list_shardfs(folder),
                                     serve_pid=p.pid,
+                                    settle=lambda: readahead_settled(mnt),
                                     extra={"note": f"--cache-limit {limit} "
                                                    f"--shuffle-block-size {block}"})
                     # Shards the readahead fetched during this epoch for the next one's
@@ -895,6 +921,19 @@ def table(rows):
             f"| {r.get('note', '')}"
             + ("" if r.get("complete", True) else " **INCOMPLETE**") + " |")
     return "\n".join(lines)
+
+
+def readahead_settled(mnt, timeout=60):
+    """Waits until the mount's readahead has no fetch in flight (status.json), twice in a row
+    0.2 s apart (a finished fetch may start the next one at once)."""
+    quiet, deadline = 0, time.time() + timeout
+    while quiet < 2:
+        if time.time() > deadline:
+            raise BenchError(f"the readahead of {mnt} never settled in {timeout} s")
+        with open(os.path.join(mnt, ".shardfs", "status.json")) as f:
+            busy = json.load(f)["readahead"].get("fetches_in_flight", 0)
+        quiet = 0 if busy else quiet + 1
+        time.sleep(0.2)
 
 
 def fetched_ahead(mnt):

@@ -5,6 +5,10 @@
 //! Reads return a fixed byte pattern: no disk, no cache, no lookups beyond a hash map. The bench reads it like shardfs's
 //! warm pass; shardfs's rate over this one is its share of the ceiling.
 //!
+//! A line may carry a third column, a key: lines with the same key name one inode (as shardfs
+//! gives a sample one inode in every epoch folder), so the kernel's page cache serves that file
+//! again under its other names; the bench's page-cache pass reads it that way.
+//!
 //! `bench-null-fuse --manifest FILE --threads N MOUNTPOINT` (runs in the foreground).
 
 use std::collections::HashMap;
@@ -29,6 +33,8 @@ struct Node {
 struct NullFs {
     nodes: Vec<Node>,
     names: HashMap<(u64, String), u64>,
+    /// The inode of each manifest key (third column) met so far.
+    keyed: HashMap<String, u64>,
     pattern: Vec<u8>,
 }
 
@@ -73,15 +79,20 @@ impl NullFs {
                 },
             ],
             names: HashMap::new(),
+            keyed: HashMap::new(),
             pattern: (0..2 * PATTERN_PERIOD).map(|i| (i % 251) as u8).collect(),
         };
         for (n, line) in manifest.lines().enumerate() {
             if line.trim().is_empty() {
                 continue;
             }
-            let (path, size) = line
+            let (path, rest) = line
                 .split_once('\t')
                 .ok_or_else(|| format!("manifest line {}: no tab", n + 1))?;
+            let (size, alias) = match rest.split_once('\t') {
+                Some((size, alias)) => (size, Some(alias.trim().to_string())),
+                None => (rest, None),
+            };
             let size: u64 = size
                 .trim()
                 .parse()
@@ -91,9 +102,26 @@ impl NullFs {
             for (k, part) in parts.iter().enumerate() {
                 let last = k + 1 == parts.len();
                 let key = (parent, part.to_string());
-                parent = match fs.names.get(&key) {
-                    Some(&ino) => ino,
-                    None => {
+                let shared = match (&alias, last) {
+                    (Some(a), true) => fs.keyed.get(a).copied(),
+                    _ => None,
+                };
+                parent = match (fs.names.get(&key), shared) {
+                    (Some(&ino), _) => ino,
+                    (None, Some(ino)) => {
+                        if fs.nodes[ino as usize].attr.size != size {
+                            return Err(format!(
+                                "manifest line {}: size differs from the other names of its key",
+                                n + 1
+                            ));
+                        }
+                        fs.nodes[parent as usize]
+                            .children
+                            .push((part.to_string(), ino));
+                        fs.names.insert(key, ino);
+                        ino
+                    }
+                    (None, None) => {
                         let ino = fs.nodes.len() as u64;
                         fs.nodes.push(Node {
                             attr: attr(ino, if last { size } else { 0 }, !last),
@@ -103,6 +131,9 @@ impl NullFs {
                             .children
                             .push((part.to_string(), ino));
                         fs.names.insert(key, ino);
+                        if let (Some(a), true) = (&alias, last) {
+                            fs.keyed.insert(a.clone(), ino);
+                        }
                         ino
                     }
                 };
