@@ -196,8 +196,10 @@ impl Dataset {
         Ok(self.shard(shard)?.zip.is_none())
     }
 
-    /// The header of an uncompressed shard with one ranged GET of `header_len(samples)`
-    /// bytes (the sample count comes from index.json, then is checked against the bytes).
+    /// The header of an uncompressed shard by ranged GETs of `header_len(samples)` bytes (the
+    /// sample count comes from index.json, then is checked against the bytes). No checksum
+    /// covers a range, and a header sizes every file of its shard, so it is read twice at once
+    /// and the two compared; when they differ a third read settles which one was damaged.
     pub fn fetch_header(&self, shard: usize) -> Result<ShardHeader, CacheError> {
         let (key, entry) = self.raw_key(shard)?;
         let url = self.store.url_of(&key);
@@ -216,9 +218,23 @@ impl Dataset {
                 reason: format!("index.json says {} samples, which need a {len}-byte header, but the shard has {} bytes", entry.samples, entry.raw.bytes),
             });
         }
-        let bytes = self.store.get_range(&key, 0..len)?;
-        Counters::add(&self.counters.bytes_fetched, bytes.len() as u64);
-        Counters::add(&self.counters.ranged_fetches, 1);
+        let (a, b) = self.store.get_range_twice(&key, 0..len);
+        let (a, b) = (a?, b?);
+        Counters::add(&self.counters.bytes_fetched, (a.len() + b.len()) as u64);
+        Counters::add(&self.counters.ranged_fetches, 2);
+        let bytes = if a == b {
+            a
+        } else {
+            let c = self.store.get_range(&key, 0..len)?;
+            Counters::add(&self.counters.bytes_fetched, c.len() as u64);
+            Counters::add(&self.counters.ranged_fetches, 1);
+            tracing::warn!(shard, file = %url, "two reads of a shard header differed; a third decides");
+            majority(a, b, c).ok_or_else(|| CacheError::Corrupt {
+                shard,
+                file: url.clone(),
+                reason: "three ranged reads of the header gave three different answers".into(),
+            })?
+        };
         check_header(shard, &url, entry, &bytes)
     }
 
@@ -516,6 +532,17 @@ struct TransferSums {
     store: store::StoreChecksums,
 }
 
+/// The answer two of three reads agree on, if any.
+fn majority(a: Bytes, b: Bytes, c: Bytes) -> Option<Bytes> {
+    if a == b || a == c {
+        Some(a)
+    } else if b == c {
+        Some(b)
+    } else {
+        None
+    }
+}
+
 fn corrupt(shard: usize, file: &str, e: impl std::fmt::Display) -> CacheError {
     CacheError::Corrupt {
         shard,
@@ -604,4 +631,22 @@ fn cheapest_hash(file: &FileRef) -> FileRef {
         out.hashes.insert(k.clone(), v.clone());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn two_reads_that_agree_outvote_the_third_and_three_that_differ_give_nothing() {
+        let (x, y, z) = (
+            Bytes::from_static(b"x"),
+            Bytes::from_static(b"y"),
+            Bytes::from_static(b"z"),
+        );
+        assert_eq!(majority(x.clone(), y.clone(), x.clone()), Some(x.clone()));
+        assert_eq!(majority(y.clone(), x.clone(), x.clone()), Some(x.clone()));
+        assert_eq!(majority(x.clone(), x.clone(), y.clone()), Some(x.clone()));
+        assert_eq!(majority(x, y, z), None);
+    }
 }

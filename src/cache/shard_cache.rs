@@ -692,6 +692,21 @@ impl ShardCache {
         Ok(b)
     }
 
+    /// The stored length of sample `i` of `shard` from the shard's header alone, for `stat`:
+    /// the header comes from memory, the cached file, a fill in progress, or one ranged GET
+    /// of an uncompressed remote shard (then kept in memory for the shard's other samples;
+    /// not hash-checked: sizes only).
+    pub fn sample_len(self: &Arc<Self>, shard: usize, i: u32) -> Result<u64, CacheError> {
+        if let Some(b) = self.memory.sample_any(shard, i) {
+            return Ok(b.len() as u64);
+        }
+        let header = self.header(shard)?;
+        let r = header.sample_range(i).map_err(|_| {
+            self.out_of_range(shard, format!("sample {i} of {}", header.num_samples()))
+        })?;
+        Ok(r.end.saturating_sub(r.start))
+    }
+
     fn out_of_range(&self, shard: usize, what: String) -> CacheError {
         CacheError::OutOfRange {
             shard,

@@ -57,10 +57,55 @@ pub fn split_sample(columns: &[Column], sample: &[u8]) -> Result<Vec<Range<usize
     Ok(ranges)
 }
 
+/// Whether column `column` is the only variable-size column of the samples (so that its
+/// length follows from the sample's: [`column_len_from_sample_len`]).
+pub fn is_sole_variable_column(columns: &[Column], column: usize) -> bool {
+    columns.get(column).is_some_and(|c| c.size.is_none())
+        && columns.iter().filter(|c| c.size.is_none()).count() == 1
+}
+
+/// The stored length of column `column` known from the sample's total length alone: when it
+/// is the sample's only variable-size column (its length is what the fixed-size columns and
+/// the one-entry length table leave). `None` for a fixed-size column, when other columns also
+/// vary, or when the sample is too short to hold the fixed parts.
+pub fn column_len_from_sample_len(
+    columns: &[Column],
+    sample_len: u64,
+    column: usize,
+) -> Option<u64> {
+    if !is_sole_variable_column(columns, column) {
+        return None;
+    }
+    let fixed: u64 = columns.iter().filter_map(|c| c.size).map(u64::from).sum();
+    sample_len.checked_sub(4)?.checked_sub(fixed)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::mds::Encoding;
+
+    #[test]
+    fn the_sole_variable_column_s_length_follows_from_the_sample_s() {
+        let cols = [col("image", "bytes"), col("label", "int")];
+        // A 4-byte length table, the image, then 8 bytes of label.
+        let mut sample = 100u32.to_le_bytes().to_vec();
+        sample.extend(std::iter::repeat_n(7u8, 100));
+        sample.extend(5i64.to_le_bytes());
+        let from_bytes = split_sample(&cols, &sample).unwrap();
+        assert_eq!(
+            column_len_from_sample_len(&cols, sample.len() as u64, 0),
+            Some((from_bytes[0].end - from_bytes[0].start) as u64)
+        );
+        assert_eq!(
+            column_len_from_sample_len(&cols, sample.len() as u64, 1),
+            None
+        );
+        assert_eq!(column_len_from_sample_len(&cols, 11, 0), None, "too short");
+        let two = [col("a", "bytes"), col("b", "str")];
+        assert_eq!(column_len_from_sample_len(&two, 100, 0), None);
+        assert!(!is_sole_variable_column(&cols, 5));
+    }
 
     fn col(name: &str, enc: &str) -> Column {
         let encoding: Encoding = enc.parse().unwrap();

@@ -25,6 +25,11 @@ pub trait ShardStore: Send + Sync {
     fn sample_for_size(&self, shard: usize, i: u32) -> Result<Bytes, String> {
         self.sample(shard, i)
     }
+    /// The stored length of sample `i` from the shard's header alone, for `stat` of files
+    /// whose length follows from it; `None` when this store cannot tell it cheaply.
+    fn sample_len_for_size(&self, _shard: usize, _i: u32) -> Result<Option<u64>, String> {
+        Ok(None)
+    }
     /// Makes the shard resident without keeping it pinned (blocks).
     fn ensure(&self, shard: usize) -> Result<(), String>;
     /// For readahead: like [`ShardStore::ensure`], but returns at once (fetching nothing)
@@ -57,6 +62,12 @@ impl ShardStore for CachedShards {
     }
     fn sample_for_size(&self, shard: usize, i: u32) -> Result<Bytes, String> {
         self.0.sample_direct(shard, i).map_err(|e| e.to_string())
+    }
+    fn sample_len_for_size(&self, shard: usize, i: u32) -> Result<Option<u64>, String> {
+        self.0
+            .sample_len(shard, i)
+            .map(Some)
+            .map_err(|e| e.to_string())
     }
     fn ensure(&self, shard: usize) -> Result<(), String> {
         self.0.ensure(shard).map_err(|e| e.to_string())
@@ -232,6 +243,30 @@ impl MdsDataset {
         render(split(raw_sample)?)
     }
 
+    /// The file size of column `column` of `sample` from its shard's header alone (no
+    /// sample bytes), when the column is the samples' only variable-size one and its file is
+    /// its stored bytes: one ranged GET per shard instead of one per file before a shard is
+    /// read. `None` otherwise, or when the header cannot be had (the caller reads the sample).
+    fn size_from_header(&self, sample: u64, column: u32) -> Option<u64> {
+        let (stream, shard, i) = self.locate(sample)?;
+        let cols = &stream.index.shards().get(shard)?.columns;
+        let column = column as usize;
+        let enc = &cols.get(column)?.encoding;
+        if !mds::is_sole_variable_column(cols, column)
+            || mds::rendered_len_of_stored(enc, 0).is_none()
+        {
+            return None;
+        }
+        let len = match stream.shards.sample_len_for_size(shard, i) {
+            Ok(len) => len?,
+            Err(e) => {
+                tracing::debug!(shard, sample = i, error = %e, "no header for a file size; reading the sample");
+                return None;
+            }
+        };
+        mds::rendered_len_of_stored(enc, mds::column_len_from_sample_len(cols, len, column)?)
+    }
+
     fn resident(&self, sample: u64) -> bool {
         self.locate(sample)
             .map(|(s, shard, _)| s.shards.is_resident(shard))
@@ -282,7 +317,13 @@ impl SampleSource for MdsDataset {
     }
 
     fn file_size(&self, sample: u64, column: u32) -> Result<u64, SourceError> {
-        self.with_column(sample, column, !self.resident(sample), |enc, raw| {
+        let for_size = !self.resident(sample);
+        if for_size {
+            if let Some(size) = self.size_from_header(sample, column) {
+                return Ok(size);
+            }
+        }
+        self.with_column(sample, column, for_size, |enc, raw| {
             mds::rendered_len(enc, raw)
         })
     }

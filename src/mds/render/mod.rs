@@ -212,6 +212,16 @@ pub fn render_range(enc: &Encoding, raw: &Bytes, offset: u64, len: usize) -> Res
     }
 }
 
+/// The rendered length of a column from its stored length alone, for encodings whose file is
+/// the stored bytes unchanged (`bytes`, `jpeg`, `png`, `pkl`); `None` for the others, whose
+/// rendered length depends on the bytes (text of a number, .npy headers, UTF-8 checks).
+pub fn rendered_len_of_stored(enc: &Encoding, stored: u64) -> Option<u64> {
+    match enc {
+        Encoding::Bytes | Encoding::Jpeg { .. } | Encoding::Png | Encoding::Pkl => Some(stored),
+        _ => None,
+    }
+}
+
 /// The exact length of [`render`]'s output, computed without building it.
 pub fn rendered_len(enc: &Encoding, raw: &[u8]) -> Result<u64> {
     Ok(match enc {
