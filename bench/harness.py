@@ -539,15 +539,9 @@ class Runner:
             # (compare with local files read from a warm page cache, as many times).
             n = self.args.ram_epochs
 
-            def ram_list():
-                samples, list_s = [], 0.0
-                for e in range(2, 2 + n):
-                    part, t = sample_list_shardfs(os.path.join(mnt, "rank-0", f"epoch-{e}"))
-                    samples += part
-                    list_s += t
-                return samples, list_s
             reset_hwm(p.pid)
-            self.read("shardfs", "ram", ram_list, serve_pid=p.pid, repeat=n,
+            self.read("shardfs", "ram", lambda: ram_epochs_list(mnt, n), serve_pid=p.pid,
+                      repeat=n,
                       extra={"note": f"epochs 2-{1 + n} after epoch 1, page cache kept"
                              if n > 1 else "epoch 2 after epoch 1, page cache kept"})
             try:
@@ -589,14 +583,8 @@ class Runner:
             # shardfs's ram pass on the same tree: the kernel's page cache through FUSE.
             n = self.args.ram_epochs
 
-            def ram_list():
-                samples, list_s = [], 0.0
-                for e in range(2, 2 + n):
-                    part, t = sample_list_shardfs(os.path.join(mnt, "rank-0", f"epoch-{e}"))
-                    samples += part
-                    list_s += t
-                return samples, list_s
-            self.read("null-fuse", "ram", ram_list, serve_pid=p.pid, repeat=n,
+            self.read("null-fuse", "ram", lambda: ram_epochs_list(mnt, n), serve_pid=p.pid,
+                      repeat=n,
                       extra={"note": "page-cache ceiling through FUSE: the ram pass's names, "
                                      "one inode per sample, after the warm pass"})
         finally:
@@ -921,6 +909,17 @@ def table(rows):
             f"| {r.get('note', '')}"
             + ("" if r.get("complete", True) else " **INCOMPLETE**") + " |")
     return "\n".join(lines)
+
+
+def ram_epochs_list(mnt, n):
+    """The samples of `rank-0/epoch-2` .. `epoch-{1 + n}` of a mount (the ram pass), and the
+    seconds their listing took."""
+    samples, list_s = [], 0.0
+    for e in range(2, 2 + n):
+        part, t = sample_list_shardfs(os.path.join(mnt, "rank-0", f"epoch-{e}"))
+        samples += part
+        list_s += t
+    return samples, list_s
 
 
 def readahead_settled(mnt, timeout=60):
