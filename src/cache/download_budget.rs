@@ -91,8 +91,7 @@ impl DownloadBudget {
         }
     }
 
-    /// Bytes taken now.
-    #[cfg(test)]
+    /// Bytes taken now (shards being downloaded and not yet on disk; 0 when unbounded).
     pub fn in_use(&self) -> u64 {
         self.state.lock().unwrap_or_else(|p| p.into_inner()).used
     }

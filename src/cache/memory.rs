@@ -57,6 +57,12 @@ impl MemoryTier {
         self.samples.as_ref().map_or(0, |_| self.sample_budget)
     }
 
+    /// Bytes held now (as weighed against the budget; moka settles its count lazily, so
+    /// this may lag a few inserts behind).
+    pub fn bytes(&self) -> u64 {
+        self.headers.weighted_size() + self.samples.as_ref().map_or(0, |s| s.weighted_size())
+    }
+
     /// The verified header of `shard`, if held.
     pub fn header(&self, shard: usize) -> Option<Arc<ShardHeader>> {
         self.headers.get(&(shard, Provenance::Verified))

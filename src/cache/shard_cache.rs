@@ -755,6 +755,8 @@ impl ShardCache {
             usage_bytes: st.usage,
             limit_bytes: self.limit,
             resident_shards: resident,
+            memory_tier_bytes: self.memory.bytes(),
+            downloading_bytes: self.downloads.in_use(),
             pinned_shards: pinned,
             io_backend: self.reader.name(),
         }

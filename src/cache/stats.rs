@@ -42,6 +42,11 @@ pub struct CacheStats {
     pub limit_bytes: u64,
     /// Shards currently on disk.
     pub resident_shards: u64,
+    /// Bytes the memory tier holds now (bounded by its share of `--memory-limit`).
+    pub memory_tier_bytes: u64,
+    /// Bytes of shards being downloaded now, held in memory until they are on disk (bounded
+    /// by the other half of `--memory-limit`).
+    pub downloading_bytes: u64,
     /// Shards currently pinned by open handles.
     pub pinned_shards: u64,
     /// Which reader serves cached files: "io_uring-inline", "io_uring" (ring threads) or "pread".

@@ -142,6 +142,16 @@ fn families(status: &Value) -> Vec<(&'static str, &'static str, Family)> {
         "Shards on the disk tier now.",
         Family::Gauge(per_stream("resident_shards")),
     ));
+    out.push((
+        "shardfs_memory_tier_bytes",
+        "Bytes the memory tier holds now.",
+        Family::Gauge(per_stream("memory_tier_bytes")),
+    ));
+    out.push((
+        "shardfs_downloading_bytes",
+        "Bytes of shards being downloaded, held in memory until they are on disk.",
+        Family::Gauge(per_stream("downloading_bytes")),
+    ));
     let fetch = streams
         .iter()
         .enumerate()
@@ -453,6 +463,7 @@ mod tests {
                        "ranged_fetches": 1, "memory_hits": 3, "memory_misses": 4, "disk_hits": 5,
                        "disk_misses": 6, "evictions": 0, "usage_bytes": 4000,
                        "limit_bytes": u64::MAX, "resident_shards": 2, "fill_failures": 1,
+                       "memory_tier_bytes": 700, "downloading_bytes": 64,
                        "verify_failures": 0, "fetch_latency": h.snapshot().to_json()}],
             "read_latency": h.snapshot().to_json(),
         });
@@ -468,6 +479,8 @@ mod tests {
             "shardfs_read_duration_seconds_bucket{le=\"0.004096\"} 1",
             "shardfs_read_duration_seconds_count 1",
             "shardfs_stall_seconds_total 1.5",
+            "shardfs_memory_tier_bytes{stream=\"0\",source=\"s3://b/p\"} 700",
+            "shardfs_downloading_bytes{stream=\"0\",source=\"s3://b/p\"} 64",
             "# EOF",
         ] {
             assert!(text.contains(want), "missing {want:?} in:\n{text}");
