@@ -96,12 +96,28 @@ pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &FuseOptions) -> Result<Mou
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
     let path = mountpoint.display().to_string();
-    let session = fuser::Session::new(Adapter { vfs }, mountpoint, &config).map_err(|source| {
-        FuseError::Session {
+    let session = fuser::Session::new(Adapter { vfs: vfs.clone() }, mountpoint, &config).map_err(
+        |source| FuseError::Session {
             path: path.clone(),
             source,
+        },
+    )?;
+    // Asked from inside a READ of the same inode: the kernel may hold that inode's page
+    // locks until the read is answered, so the notification goes from a thread of its own.
+    let notifier = session.notifier();
+    vfs.set_forget_size(Box::new(move |ino| {
+        let n = notifier.clone();
+        let spawned = std::thread::Builder::new()
+            .name("fuse-inval".into())
+            .spawn(move || {
+                if let Err(e) = n.inval_inode(INodeNo(ino.0), 0, -1) {
+                    tracing::warn!(ino = ino.0, error = %e, "cannot tell the kernel to forget a file's size");
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start a thread to invalidate a file's size");
         }
-    })?;
+    }));
     Ok(Mounted { session, path })
 }
 

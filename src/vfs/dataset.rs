@@ -334,6 +334,21 @@ impl SampleSource for MdsDataset {
         })
     }
 
+    fn read_with_size(
+        &self,
+        sample: u64,
+        column: u32,
+        offset: u64,
+        size: u32,
+    ) -> Result<(Bytes, u64), SourceError> {
+        self.with_column(sample, column, false, |enc, raw| {
+            Ok((
+                mds::render_range(enc, raw, offset, size as usize)?,
+                mds::rendered_len(enc, raw)?,
+            ))
+        })
+    }
+
     fn status(&self) -> serde_json::Value {
         serde_json::Value::Array(self.streams.iter().map(|s| s.shards.status()).collect())
     }

@@ -32,6 +32,20 @@ pub enum VfsError {
     /// The sampling plan could not be computed.
     #[error(transparent)]
     Plan(#[from] ReadaheadError),
+    /// A file's size was given from bytes no hash covers (a ranged read for `stat`) and the
+    /// verified bytes disagree: the reader's view of the file is wrong, so the read fails and
+    /// the kernel is told to forget the size.
+    #[error("sample {sample} column {column}: size {given} given before the shard was verified, {actual} in the verified shard")]
+    SizeChanged {
+        /// Global sample id.
+        sample: u64,
+        /// Column number.
+        column: u32,
+        /// The size handed out.
+        given: u64,
+        /// The verified size.
+        actual: u64,
+    },
 }
 
 impl From<SourceError> for VfsError {
@@ -51,7 +65,7 @@ impl VfsError {
             VfsError::NotADirectory => libc::ENOTDIR,
             VfsError::IsADirectory => libc::EISDIR,
             VfsError::ReadOnly => libc::EROFS,
-            VfsError::Shard { .. } | VfsError::Plan(_) => libc::EIO,
+            VfsError::Shard { .. } | VfsError::Plan(_) | VfsError::SizeChanged { .. } => libc::EIO,
         }
     }
 }

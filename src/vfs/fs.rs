@@ -82,6 +82,9 @@ pub struct Vfs {
     recent: RecentNames,
     /// Column file sizes computed so far (listings give them without reading shards).
     sizes: KnownSizes,
+    /// Tells the kernel to forget an inode's size and pages (set by the FUSE layer; called
+    /// when a size given from unverified bytes turns out wrong).
+    forget_size: std::sync::OnceLock<Box<dyn Fn(Ino) + Send + Sync>>,
 }
 
 const FIRST_FILE_OFFSET: u64 = 3;
@@ -115,7 +118,15 @@ impl Vfs {
             read_latency: LatencyHistogram::default(),
             recent: RecentNames::default(),
             sizes: KnownSizes::default(),
+            forget_size: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Sets how to tell the kernel to forget an inode's cached size and pages (the FUSE
+    /// layer's inode invalidation; it must not block the calling request). Only the first
+    /// call counts.
+    pub fn set_forget_size(&self, f: Box<dyn Fn(Ino) + Send + Sync>) {
+        let _ = self.forget_size.set(f);
     }
 
     /// The readahead scheduler (for eviction decisions and tests).
@@ -266,13 +277,28 @@ impl Vfs {
         if let Some(size) = self.sizes.get(sample, col) {
             return Ok(self.file_attr(ino, size));
         }
+        // Before the shard is on disk the size may come from ranged reads, which no hash
+        // covers: the first read checks it against the verified bytes.
+        let verified = self.shard_resident(sample);
         match self.source.file_size(sample, col.0) {
             Ok(size) => {
-                self.sizes.record(sample, col, size);
+                if verified {
+                    self.sizes.record(sample, col, size);
+                } else {
+                    self.sizes.record_unverified(sample, col, size);
+                }
                 Ok(self.file_attr(ino, size))
             }
             Err(e) => Err(self.source_failed(e, FailedOp::Size)),
         }
+    }
+
+    /// Whether the shard of `sample` is on disk now (verified).
+    fn shard_resident(&self, sample: u64) -> bool {
+        self.source
+            .shard_of(sample)
+            .map(|s| self.source.is_resident(s))
+            .unwrap_or(true)
     }
 
     /// Attributes of `ino` when they are known without reading a shard (for READDIRPLUS,
@@ -488,7 +514,10 @@ impl Vfs {
                     self.readahead.on_read(r.0 as usize, e.0, p.0);
                     r
                 });
-                let data = self.read_sample(s.0, c, offset, size)?;
+                let data = match self.sizes.unverified(s.0, c) {
+                    None => self.read_sample(s.0, |src| src.read(s.0, c.0, offset, size))?,
+                    Some(given) => self.read_checking_size(ino, s.0, c, offset, size, given)?,
+                };
                 if let Some(r) = rank {
                     self.readahead.count_bytes(r.0 as usize, data.len() as u64);
                 }
@@ -500,24 +529,53 @@ impl Vfs {
         }
     }
 
-    fn read_sample(
+    /// Runs `read` on the source for `sample`, counting a stall when its shard was not on
+    /// disk yet.
+    fn read_sample<T>(
         &self,
         sample: u64,
-        col: ColumnNo,
-        offset: u64,
-        size: u32,
-    ) -> Result<Bytes, VfsError> {
-        let resident = self
-            .source
-            .shard_of(sample)
-            .map(|s| self.source.is_resident(s))
-            .unwrap_or(true);
+        read: impl FnOnce(&dyn SampleSource) -> Result<T, SourceError>,
+    ) -> Result<T, VfsError> {
+        let resident = self.shard_resident(sample);
         let started = Instant::now();
-        let r = self.source.read(sample, col.0, offset, size);
+        let r = read(&*self.source);
         if !resident {
             self.readahead.record_stall(started.elapsed());
         }
         r.map_err(|e| self.source_failed(e, FailedOp::Read))
+    }
+
+    /// The first read of a file whose size was given from unverified bytes: the verified
+    /// bytes must have that size, else the reader's view of the file is wrong. Then the read
+    /// fails (EIO, one warning) and the kernel is told to forget the size and pages, so the
+    /// next open sees the verified file.
+    fn read_checking_size(
+        &self,
+        ino: Ino,
+        sample: u64,
+        col: ColumnNo,
+        offset: u64,
+        size: u32,
+        given: u64,
+    ) -> Result<Bytes, VfsError> {
+        let (data, actual) = self.read_sample(sample, |src| {
+            src.read_with_size(sample, col.0, offset, size)
+        })?;
+        self.sizes.record(sample, col, actual);
+        if actual == given {
+            return Ok(data);
+        }
+        let e = VfsError::SizeChanged {
+            sample,
+            column: col.0,
+            given,
+            actual,
+        };
+        tracing::warn!(error = %e, "a file size from an unverified ranged read was wrong; this read fails and the kernel forgets the size");
+        if let Some(forget) = self.forget_size.get() {
+            forget(ino);
+        }
+        Err(e)
     }
 
     /// The current `status.json` bytes.

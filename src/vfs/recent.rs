@@ -213,16 +213,37 @@ impl KnownSizes {
         (sample < MAX_SAMPLES && col.0 < MAX_COLUMNS).then(|| (sample << 8) | u64::from(col.0))
     }
 
-    /// Records the size of a column file.
+    /// Marks a size computed from bytes no hash covers (see [`KnownSizes::record_unverified`]).
+    const UNVERIFIED: u64 = 1 << 63;
+
+    /// Records the size of a column file, from verified bytes.
     pub fn record(&self, sample: u64, col: ColumnNo, size: u64) {
         if let Some(k) = Self::key(sample, col) {
-            self.0.insert(k, size);
+            self.0.insert(k, size & !Self::UNVERIFIED);
+        }
+    }
+
+    /// Records a size computed before the shard was verified (ranged reads): the first read
+    /// of the file checks it against the verified bytes ([`KnownSizes::unverified`]).
+    pub fn record_unverified(&self, sample: u64, col: ColumnNo, size: u64) {
+        if let Some(k) = Self::key(sample, col) {
+            self.0.insert(k, size | Self::UNVERIFIED);
         }
     }
 
     /// The size of a column file, if known.
     pub fn get(&self, sample: u64, col: ColumnNo) -> Option<u64> {
-        Self::key(sample, col).and_then(|k| self.0.get(k))
+        Self::key(sample, col)
+            .and_then(|k| self.0.get(k))
+            .map(|v| v & !Self::UNVERIFIED)
+    }
+
+    /// The size of a column file if it was recorded unverified and not checked since.
+    pub fn unverified(&self, sample: u64, col: ColumnNo) -> Option<u64> {
+        Self::key(sample, col)
+            .and_then(|k| self.0.get(k))
+            .filter(|v| v & Self::UNVERIFIED != 0)
+            .map(|v| v & !Self::UNVERIFIED)
     }
 }
 

@@ -53,6 +53,18 @@ pub trait SampleSource: ShardSource {
     /// Up to `size` bytes of the column file from `offset` (a view of the cached sample's
     /// bytes where the file is stored as is: no copy).
     fn read(&self, sample: u64, column: u32, offset: u64, size: u32) -> Result<Bytes, SourceError>;
+    /// [`SampleSource::read`] and the file's whole size, both from the same verified bytes
+    /// (to check a size handed out earlier from bytes no hash covers).
+    fn read_with_size(
+        &self,
+        sample: u64,
+        column: u32,
+        offset: u64,
+        size: u32,
+    ) -> Result<(Bytes, u64), SourceError> {
+        let data = self.read(sample, column, offset, size)?;
+        Ok((data, self.file_size(sample, column)?))
+    }
     /// Live counters of the store and cache for `status.json`.
     fn status(&self) -> serde_json::Value;
 }

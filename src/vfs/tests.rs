@@ -12,6 +12,11 @@ struct Memory {
     per_shard: u64,
     fetches: AtomicU64,
     broken_shard: Option<u32>,
+    /// A sample whose size, before its shard is read, comes out 3 bytes too long (as from a
+    /// damaged ranged read); `u64::MAX`: none.
+    size_lie: AtomicU64,
+    /// Whether shards count as read (verified) for sizes.
+    resident: std::sync::atomic::AtomicBool,
 }
 
 impl Memory {
@@ -28,7 +33,7 @@ impl ShardSource for Memory {
         1000
     }
     fn is_resident(&self, _shard: u32) -> bool {
-        false
+        self.resident.load(Relaxed)
     }
     fn fetch(&self, _shard: u32) -> Result<(), String> {
         self.fetches.fetch_add(1, Relaxed);
@@ -44,8 +49,24 @@ impl SampleSource for Memory {
         (sample < self.n).then(|| &self.cols[..1 + (sample % 3) as usize])
     }
     fn file_size(&self, sample: u64, column: u32) -> Result<u64, SourceError> {
+        let lie = if sample == self.size_lie.load(Relaxed) && !self.resident.load(Relaxed) {
+            3
+        } else {
+            0
+        };
         self.read(sample, column, 0, u32::MAX)
-            .map(|b| b.len() as u64)
+            .map(|b| b.len() as u64 + lie)
+    }
+    fn read_with_size(
+        &self,
+        sample: u64,
+        column: u32,
+        offset: u64,
+        size: u32,
+    ) -> Result<(bytes::Bytes, u64), SourceError> {
+        // The verified bytes: their own length, whatever a size look-up said before.
+        let whole = Self::bytes(sample, column).len() as u64;
+        Ok((self.read(sample, column, offset, size)?, whole))
     }
     fn read(
         &self,
@@ -97,18 +118,28 @@ fn model_order(n: u64, world: u64, rank: u64, epoch: u64) -> Vec<u64> {
 }
 
 fn vfs(n: u64, global: Vec<u64>, world: u64, broken_shard: Option<u32>) -> Vfs {
+    vfs_over(memory(n, broken_shard), global, world)
+}
+
+fn memory(n: u64, broken_shard: Option<u32>) -> Arc<Memory> {
     let cols = vec![
         ColumnFile::new("a", "bin"),
         ColumnFile::new("b.c", "txt"),
         ColumnFile::new("z", "npy"),
     ];
-    let src = Arc::new(Memory {
+    Arc::new(Memory {
         n,
         cols,
         per_shard: 10,
         fetches: AtomicU64::new(0),
         broken_shard,
-    });
+        size_lie: AtomicU64::new(u64::MAX),
+        resident: std::sync::atomic::AtomicBool::new(false),
+    })
+}
+
+fn vfs_over(src: Arc<Memory>, global: Vec<u64>, world: u64) -> Vfs {
+    let n = src.n;
     let ra = Arc::new(Readahead::new(
         Box::new(Strided {
             n,
@@ -259,6 +290,40 @@ fn broken_shard_gives_eio_and_is_reported_while_others_work() {
     // ... but both answers count, by kind: the lookup's (size) and the read's.
     assert_eq!(status["errors"]["answers"]["size"], 1);
     assert_eq!(status["errors"]["answers"]["read"], 1);
+}
+
+#[test]
+fn a_size_from_unverified_bytes_that_the_verified_bytes_contradict_fails_the_read_once() {
+    use super::inode::{ColumnNo, Node, SampleId};
+    let src = memory(40, None);
+    src.size_lie.store(12, Relaxed);
+    let v = vfs_over(src.clone(), vec![0], 1);
+    let forgotten = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let f = forgotten.clone();
+    v.set_forget_size(Box::new(move |ino| f.lock().unwrap().push(ino)));
+    // Sized before the shard is on disk: 3 bytes too long ("12" is 2 bytes).
+    let a = path(&v, "samples/00000012.a.bin").unwrap();
+    assert_eq!(a.size, 5);
+    let ino = Node::SampleFile(SampleId(12), ColumnNo(0)).ino().unwrap();
+    assert_eq!(a.ino, ino);
+    // The first read sees the verified bytes disagree: EIO, and the kernel forgets the size.
+    let e = v.read(ino, 0, 100).unwrap_err();
+    assert_eq!(e.errno(), libc::EIO);
+    assert!(e.to_string().contains("size 5 given"), "{e}");
+    assert_eq!(*forgotten.lock().unwrap(), vec![ino]);
+    // From then on the size is the verified one, and reads succeed.
+    assert_eq!(v.getattr(ino).unwrap().size, 2);
+    assert_eq!(&v.read(ino, 0, 100).unwrap()[..], b"12");
+    // A size that was right is checked once, silently.
+    let b = path(&v, "samples/00000013.a.bin").unwrap();
+    assert_eq!(b.size, 2);
+    assert_eq!(&v.read(b.ino, 0, 100).unwrap()[..], b"13");
+    assert_eq!(forgotten.lock().unwrap().len(), 1);
+    // Sizes computed once the shard is on disk are verified: never checked against anything.
+    src.resident.store(true, Relaxed);
+    src.size_lie.store(14, Relaxed);
+    let c = path(&v, "samples/00000014.a.bin").unwrap();
+    assert_eq!(&v.read(c.ino, 0, 100).unwrap()[..], b"14");
 }
 
 #[test]
