@@ -57,8 +57,16 @@ impl<V: Copy> BoundedMap<V> {
         }
     }
 
+    /// The shard of `key`. Keys pack fields into bits (a sample's column sits in the low
+    /// bits), so the shard comes from a mix of all of them (Fibonacci hashing: Knuth, TAOCP
+    /// vol. 3, 6.4), not from the low bits, which would put every key of a one-column dataset
+    /// in one shard (a sixteenth of the capacity).
+    fn shard_of(key: u64) -> usize {
+        (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 60) as usize % SHARDS
+    }
+
     fn shard(&self, key: u64) -> MutexGuard<'_, Generations<V>> {
-        let m = &self.shards[(key % SHARDS as u64) as usize];
+        let m = &self.shards[Self::shard_of(key)];
         m.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -272,8 +280,12 @@ mod tests {
         // Fill sample 7's shard with other samples: after two generations it is gone, and
         // the map never held more than its capacity.
         let per_shard = (RecentNames::CAPACITY / SHARDS) as u64;
-        for i in 1..=per_shard {
-            names.record(7 + i * SHARDS as u64, at(0, 0, i), Named::Listed);
+        let home = BoundedMap::<NamedAt>::shard_of(7);
+        let neighbours = (8u64..)
+            .filter(|&k| BoundedMap::<NamedAt>::shard_of(k) == home)
+            .take(per_shard as usize);
+        for (i, k) in neighbours.enumerate() {
+            names.record(k, at(0, 0, i as u64), Named::Listed);
         }
         assert_eq!(names.find(7), None);
         let g = names.0.shard(7);
@@ -323,5 +335,20 @@ mod tests {
             }
         }
         assert!((0..32u64).all(|k| m.get(k) == Some(9)));
+    }
+
+    #[test]
+    fn a_one_column_dataset_can_use_the_whole_capacity() {
+        // Every key has column 0: they must still spread over all shards, so that half the
+        // capacity is always kept.
+        let sizes = KnownSizes::default();
+        let n = KnownSizes::CAPACITY as u64 / 2;
+        for s in 0..n {
+            sizes.record(s, ColumnNo(0), s);
+        }
+        let kept = (0..n)
+            .filter(|&s| sizes.get(s, ColumnNo(0)) == Some(s))
+            .count() as u64;
+        assert!(kept * 10 >= n * 9, "{kept} of {n} sizes kept");
     }
 }
