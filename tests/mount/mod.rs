@@ -988,9 +988,13 @@ fn a_later_epoch_reads_every_sample_from_the_page_cache() {
         })
         .collect();
     assert_eq!(samples, inodes0, "samples/ names other inodes");
-    assert_eq!(
-        reads(&m),
-        after0,
-        "epoch 1 reached the daemon: the page cache was not shared"
+    // Without a shared page cache every file of epoch 1 would be read again (thousands of
+    // reads). The kernel may still drop a few pages on its own: about 1 run in 10 sees 1-11
+    // reads of ~4,000 files (the listing gave their exact, unchanged sizes; not explained).
+    let again = reads(&m) - after0;
+    assert!(
+        again * 100 <= names0.len() as u64,
+        "epoch 1 reached the daemon {again} times for {} files: the page cache was not shared",
+        names0.len()
     );
 }
