@@ -105,7 +105,7 @@ pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &FuseOptions) -> Result<Mou
     // Asked from inside a READ of the same inode: the kernel may hold that inode's page
     // locks until the read is answered, so the notification goes from a thread of its own.
     let notifier = session.notifier();
-    vfs.set_forget_size(Box::new(move |ino| {
+    vfs.set_forget_size(Box::new(move |ino, done| {
         let n = notifier.clone();
         let spawned = std::thread::Builder::new()
             .name("fuse-inval".into())
@@ -113,6 +113,7 @@ pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &FuseOptions) -> Result<Mou
                 if let Err(e) = n.inval_inode(INodeNo(ino.0), 0, -1) {
                     tracing::warn!(ino = ino.0, error = %e, "cannot tell the kernel to forget a file's size");
                 }
+                done();
             });
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "cannot start a thread to invalidate a file's size");

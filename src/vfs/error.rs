@@ -35,14 +35,14 @@ pub enum VfsError {
     /// A file's size was given from bytes no hash covers (a ranged read for `stat`) and the
     /// verified bytes disagree: the reader's view of the file is wrong, so the read fails and
     /// the kernel is told to forget the size.
-    #[error("sample {sample} column {column}: size {given} given before the shard was verified, {actual} in the verified shard")]
+    #[error("sample {sample} column {column}: {} before the shard was verified, {actual} in the verified shard", given.map_or("another size given".to_string(), |g| format!("size {g} given")))]
     SizeChanged {
         /// Global sample id.
         sample: u64,
         /// Column number.
         column: u32,
-        /// The size handed out.
-        given: u64,
+        /// The size handed out (when this read is the one that found the difference).
+        given: Option<u64>,
         /// The verified size.
         actual: u64,
     },

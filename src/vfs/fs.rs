@@ -10,7 +10,7 @@ use std::time::{Instant, SystemTime};
 use super::error::VfsError;
 use super::inode::{ColumnNo, Epoch, Fixed, Ino, LocalRank, Node, Position, SampleId, MAX_EPOCHS};
 use super::names::{file_name, parse_epoch_dir, parse_file_name, parse_rank_dir, width_for};
-use super::recent::{KnownSizes, Named, RecentNames};
+use super::recent::{KnownSizes, Named, RecentNames, SizeState};
 use super::source::{SampleSource, SourceError};
 use super::status::{ErrorLog, FailedOp};
 use crate::readahead::{RankOrder, Readahead};
@@ -81,11 +81,14 @@ pub struct Vfs {
     /// inode do not say it).
     recent: RecentNames,
     /// Column file sizes computed so far (listings give them without reading shards).
-    sizes: KnownSizes,
-    /// Tells the kernel to forget an inode's size and pages (set by the FUSE layer; called
-    /// when a size given from unverified bytes turns out wrong).
-    forget_size: std::sync::OnceLock<Box<dyn Fn(Ino) + Send + Sync>>,
+    sizes: Arc<KnownSizes>,
+    /// Tells the kernel to forget an inode's cached size and pages, then runs the callback
+    /// (set by the FUSE layer; used when a size given from unverified bytes turns out wrong).
+    forget_size: std::sync::OnceLock<ForgetSize>,
 }
+
+/// Tells the kernel to forget inode `Ino`'s size and pages, then calls the callback.
+pub type ForgetSize = Box<dyn Fn(Ino, Box<dyn FnOnce() + Send>) + Send + Sync>;
 
 const FIRST_FILE_OFFSET: u64 = 3;
 
@@ -117,15 +120,15 @@ impl Vfs {
             status_snapshot: std::sync::Mutex::new((Bytes::new(), SystemTime::UNIX_EPOCH)),
             read_latency: LatencyHistogram::default(),
             recent: RecentNames::default(),
-            sizes: KnownSizes::default(),
+            sizes: Arc::new(KnownSizes::default()),
             forget_size: std::sync::OnceLock::new(),
         }
     }
 
     /// Sets how to tell the kernel to forget an inode's cached size and pages (the FUSE
-    /// layer's inode invalidation; it must not block the calling request). Only the first
-    /// call counts.
-    pub fn set_forget_size(&self, f: Box<dyn Fn(Ino) + Send + Sync>) {
+    /// layer's inode invalidation). It must not block the calling request, and must run the
+    /// callback once the kernel has been told (or could not be). Only the first call counts.
+    pub fn set_forget_size(&self, f: ForgetSize) {
         let _ = self.forget_size.set(f);
     }
 
@@ -514,9 +517,23 @@ impl Vfs {
                     self.readahead.on_read(r.0 as usize, e.0, p.0);
                     r
                 });
-                let data = match self.sizes.unverified(s.0, c) {
-                    None => self.read_sample(s.0, |src| src.read(s.0, c.0, offset, size))?,
-                    Some(given) => self.read_checking_size(ino, s.0, c, offset, size, given)?,
+                let data = match self.sizes.state(s.0, c) {
+                    None | Some(SizeState::Verified(_)) => {
+                        self.read_sample(s.0, |src| src.read(s.0, c.0, offset, size))?
+                    }
+                    Some(SizeState::Unverified(given)) => {
+                        self.read_checking_size(ino, s.0, c, offset, size, given)?
+                    }
+                    // The kernel still holds a wrong size (it retries a failed read at once):
+                    // no bytes until it has forgotten it.
+                    Some(SizeState::Forgetting(actual)) => {
+                        return Err(VfsError::SizeChanged {
+                            sample: s.0,
+                            column: c.0,
+                            given: None,
+                            actual,
+                        })
+                    }
                 };
                 if let Some(r) = rank {
                     self.readahead.count_bytes(r.0 as usize, data.len() as u64);
@@ -561,19 +578,25 @@ impl Vfs {
         let (data, actual) = self.read_sample(sample, |src| {
             src.read_with_size(sample, col.0, offset, size)
         })?;
-        self.sizes.record(sample, col, actual);
         if actual == given {
+            self.sizes.record(sample, col, actual);
             return Ok(data);
         }
         let e = VfsError::SizeChanged {
             sample,
             column: col.0,
-            given,
+            given: Some(given),
             actual,
         };
-        tracing::warn!(error = %e, "a file size from an unverified ranged read was wrong; this read fails and the kernel forgets the size");
-        if let Some(forget) = self.forget_size.get() {
-            forget(ino);
+        tracing::warn!(error = %e, "a file size from an unverified ranged read was wrong; reads fail until the kernel has forgotten the size");
+        match self.forget_size.get() {
+            Some(forget) => {
+                self.sizes.record_forgetting(sample, col, actual);
+                let sizes = self.sizes.clone();
+                forget(ino, Box::new(move || sizes.record(sample, col, actual)));
+            }
+            // No kernel to tell (tests without FUSE).
+            None => self.sizes.record(sample, col, actual),
         }
         Err(e)
     }

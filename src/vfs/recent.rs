@@ -223,36 +223,65 @@ impl KnownSizes {
 
     /// Marks a size computed from bytes no hash covers (see [`KnownSizes::record_unverified`]).
     const UNVERIFIED: u64 = 1 << 63;
+    /// Marks a verified size that differs from the one the kernel was given, until the kernel
+    /// has been told to forget that one (see [`KnownSizes::record_forgetting`]).
+    const FORGETTING: u64 = 1 << 62;
+    const SIZE: u64 = !(Self::UNVERIFIED | Self::FORGETTING);
 
     /// Records the size of a column file, from verified bytes.
     pub fn record(&self, sample: u64, col: ColumnNo, size: u64) {
-        if let Some(k) = Self::key(sample, col) {
-            self.0.insert(k, size & !Self::UNVERIFIED);
-        }
+        self.put(sample, col, size & Self::SIZE);
     }
 
     /// Records a size computed before the shard was verified (ranged reads): the first read
-    /// of the file checks it against the verified bytes ([`KnownSizes::unverified`]).
+    /// of the file checks it against the verified bytes ([`SizeState::Unverified`]).
     pub fn record_unverified(&self, sample: u64, col: ColumnNo, size: u64) {
+        self.put(sample, col, (size & Self::SIZE) | Self::UNVERIFIED);
+    }
+
+    /// Records the verified size of a file whose size the kernel was given wrong and has not
+    /// yet been told to forget ([`SizeState::Forgetting`]); [`KnownSizes::record`] ends it.
+    pub fn record_forgetting(&self, sample: u64, col: ColumnNo, size: u64) {
+        self.put(sample, col, (size & Self::SIZE) | Self::FORGETTING);
+    }
+
+    fn put(&self, sample: u64, col: ColumnNo, value: u64) {
         if let Some(k) = Self::key(sample, col) {
-            self.0.insert(k, size | Self::UNVERIFIED);
+            self.0.insert(k, value);
         }
     }
 
-    /// The size of a column file, if known.
+    /// The size of a column file, if known (the verified one when there are two).
     pub fn get(&self, sample: u64, col: ColumnNo) -> Option<u64> {
-        Self::key(sample, col)
-            .and_then(|k| self.0.get(k))
-            .map(|v| v & !Self::UNVERIFIED)
+        self.state(sample, col).map(|s| match s {
+            SizeState::Verified(n) | SizeState::Unverified(n) | SizeState::Forgetting(n) => n,
+        })
     }
 
-    /// The size of a column file if it was recorded unverified and not checked since.
-    pub fn unverified(&self, sample: u64, col: ColumnNo) -> Option<u64> {
-        Self::key(sample, col)
-            .and_then(|k| self.0.get(k))
-            .filter(|v| v & Self::UNVERIFIED != 0)
-            .map(|v| v & !Self::UNVERIFIED)
+    /// What is known of a column file's size, if anything.
+    pub fn state(&self, sample: u64, col: ColumnNo) -> Option<SizeState> {
+        let v = Self::key(sample, col).and_then(|k| self.0.get(k))?;
+        let n = v & Self::SIZE;
+        Some(if v & Self::UNVERIFIED != 0 {
+            SizeState::Unverified(n)
+        } else if v & Self::FORGETTING != 0 {
+            SizeState::Forgetting(n)
+        } else {
+            SizeState::Verified(n)
+        })
     }
+}
+
+/// How far a known file size can be trusted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SizeState {
+    /// Computed from verified bytes, and what the kernel was given.
+    Verified(u64),
+    /// Computed from bytes no hash covers (ranged reads); the file's first read checks it.
+    Unverified(u64),
+    /// The verified size, which differs from the unverified one the kernel was given; reads
+    /// fail until the kernel has been told to forget that one.
+    Forgetting(u64),
 }
 
 #[cfg(test)]

@@ -998,3 +998,69 @@ fn a_later_epoch_reads_every_sample_from_the_page_cache() {
         names0.len()
     );
 }
+
+#[test]
+fn a_file_sized_from_a_damaged_ranged_read_fails_its_first_read_then_reads_verified() {
+    use crate::common::s3s_server::{FakeS3, ServerFault, ACCESS_KEY, SECRET_KEY};
+    // Columns a (bytes), b (int), c (bytes), a and c of equal length: the byte a damaged
+    // response flips (its middle) is the first byte of b, an int whose text then changes
+    // length (5 -> 95): a wrong size that keeps the sample's structure.
+    let mut writer = mds::Writer::new(mds::WriterConfig {
+        columns: vec![
+            ("a".into(), "bytes".parse().unwrap()),
+            ("b".into(), "int".parse().unwrap()),
+            ("c".into(), "bytes".parse().unwrap()),
+        ],
+        compression: None,
+        hashes: vec![],
+        size_limit: None,
+    })
+    .unwrap();
+    for _ in 0..10 {
+        writer
+            .write(&[&[1u8; 40][..], &5i64.to_le_bytes(), &[2u8; 40][..]])
+            .unwrap();
+    }
+    let ds = writer.finish().unwrap();
+    assert_eq!(ds.files.len(), 1);
+    let server = FakeS3::start();
+    for f in &ds.files {
+        server.put("bkt", &format!("ints/{}", f.basename), f.data.clone());
+    }
+    server.put("bkt", "ints/index.json", ds.index_json.clone());
+    let env = [
+        ("AWS_ACCESS_KEY_ID", ACCESS_KEY),
+        ("AWS_SECRET_ACCESS_KEY", SECRET_KEY),
+        ("AWS_REGION", "us-east-1"),
+    ];
+    let m = Mount::with_env("s3://bkt/ints", &["--endpoint-url", &server.endpoint], &env);
+    let file = |s: u32| m.mnt.join(format!("samples/{s:08}.b.txt"));
+    // The shard's header is read (and kept) for a first stat; then one damaged response.
+    let right = std::fs::metadata(file(0)).unwrap().len();
+    server.inject(
+        ServerFault::Corrupt,
+        Some(&format!("ints/{}", ds.files[0].basename)),
+        Some(1),
+    );
+    let given = std::fs::metadata(file(3)).unwrap().len();
+    assert_eq!(given, right + 1, "the damaged ranged read sized the file");
+    assert_eq!(m.status()["cache"][0]["shards_fetched"], 0);
+    // Its first read finds the verified bytes shorter: that read fails (EIO) until the kernel
+    // has forgotten the size (told from a thread of the daemon's own), then the file reads
+    // whole and right. Never the short bytes padded to the wrong size. (The kernel retries a
+    // failed read once at once: on a busy machine the retry may already see the new size.)
+    let started = std::time::Instant::now();
+    let bytes = loop {
+        match std::fs::read(file(3)) {
+            Ok(b) => break b,
+            Err(e) if started.elapsed() < std::time::Duration::from_secs(10) => {
+                assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+                std::thread::sleep(std::time::Duration::from_millis(50));
+            }
+            Err(e) => panic!("still failing after 10 s: {e}"),
+        }
+    };
+    assert_eq!(bytes, std::fs::read(file(0)).unwrap());
+    assert_eq!(bytes.len() as u64, right);
+    assert_eq!(std::fs::metadata(file(3)).unwrap().len(), right);
+}
