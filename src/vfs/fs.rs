@@ -517,7 +517,14 @@ impl Vfs {
                     self.readahead.on_read(r.0 as usize, e.0, p.0);
                     r
                 });
-                let data = match self.sizes.state(s.0, c) {
+                // Sizes handed out before their shard was verified are checked by a read;
+                // once none is left unchecked, reads do not look.
+                let state = if self.sizes.any_to_check() {
+                    self.sizes.state(s.0, c)
+                } else {
+                    None
+                };
+                let data = match state {
                     None | Some(SizeState::Verified(_)) => {
                         self.read_sample(s.0, |src| src.read(s.0, c.0, offset, size))?
                     }
@@ -564,8 +571,8 @@ impl Vfs {
 
     /// The first read of a file whose size was given from unverified bytes: the verified
     /// bytes must have that size, else the reader's view of the file is wrong. Then the read
-    /// fails (EIO, one warning) and the kernel is told to forget the size and pages, so the
-    /// next open sees the verified file.
+    /// fails (EIO, one warning), the kernel is told to forget the size and pages, and reads
+    /// fail until it has (state `Forgetting`); after that the file reads at its verified size.
     fn read_checking_size(
         &self,
         ino: Ino,

@@ -19,6 +19,7 @@
 //! evenly) and at most `capacity / 16`.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering::SeqCst};
 use std::sync::{Mutex, MutexGuard};
 
 use super::inode::{
@@ -68,11 +69,6 @@ impl<V: Copy> BoundedMap<V> {
     fn shard(&self, key: u64) -> MutexGuard<'_, Generations<V>> {
         let m = &self.shards[Self::shard_of(key)];
         m.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// Sets `key` to `value`.
-    pub fn insert(&self, key: u64, value: V) {
-        self.update(key, |_| value);
     }
 
     /// Sets `key` to `f(its value, if still held)`, in one step.
@@ -205,11 +201,21 @@ impl RecentNames {
 }
 
 /// (sample id, column) → the column file's exact size, once computed.
-pub struct KnownSizes(BoundedMap<u64>);
+pub struct KnownSizes {
+    sizes: BoundedMap<u64>,
+    /// Entries a read must look at (unverified or being forgotten; see [`SizeState`]). Kept
+    /// under each entry's shard lock, so it never counts fewer than there are; an evicted
+    /// entry is not subtracted, so it may count more (only costs look-ups). When it is 0, as
+    /// once every file read has been checked, reads skip the map.
+    to_check: AtomicU64,
+}
 
 impl Default for KnownSizes {
     fn default() -> Self {
-        Self(BoundedMap::new(Self::CAPACITY))
+        Self {
+            sizes: BoundedMap::new(Self::CAPACITY),
+            to_check: AtomicU64::new(0),
+        }
     }
 }
 
@@ -246,9 +252,28 @@ impl KnownSizes {
     }
 
     fn put(&self, sample: u64, col: ColumnNo, value: u64) {
-        if let Some(k) = Self::key(sample, col) {
-            self.0.insert(k, value);
-        }
+        let Some(k) = Self::key(sample, col) else {
+            return;
+        };
+        let checked = |v: u64| v & !Self::SIZE != 0;
+        self.sizes.update(k, |old| {
+            match (old.is_some_and(checked), checked(value)) {
+                (false, true) => {
+                    self.to_check.fetch_add(1, SeqCst);
+                }
+                (true, false) => {
+                    self.to_check.fetch_sub(1, SeqCst);
+                }
+                _ => {}
+            }
+            value
+        });
+    }
+
+    /// Whether any known size may need a read to look at it ([`KnownSizes::state`]); false
+    /// means every size handed out was verified.
+    pub fn any_to_check(&self) -> bool {
+        self.to_check.load(SeqCst) != 0
     }
 
     /// The size of a column file, if known (the verified one when there are two).
@@ -260,7 +285,7 @@ impl KnownSizes {
 
     /// What is known of a column file's size, if anything.
     pub fn state(&self, sample: u64, col: ColumnNo) -> Option<SizeState> {
-        let v = Self::key(sample, col).and_then(|k| self.0.get(k))?;
+        let v = Self::key(sample, col).and_then(|k| self.sizes.get(k))?;
         let n = v & Self::SIZE;
         Some(if v & Self::UNVERIFIED != 0 {
             SizeState::Unverified(n)
@@ -360,10 +385,29 @@ mod tests {
         let m = BoundedMap::<u64>::new(64);
         for round in 0..10 {
             for k in 0..32u64 {
-                m.insert(k, round);
+                m.update(k, |_| round);
             }
         }
         assert!((0..32u64).all(|k| m.get(k) == Some(9)));
+    }
+
+    #[test]
+    fn reads_need_the_map_only_while_some_size_is_unchecked() {
+        let sizes = KnownSizes::default();
+        sizes.record(1, ColumnNo(0), 10);
+        assert!(!sizes.any_to_check());
+        sizes.record_unverified(2, ColumnNo(0), 11);
+        sizes.record_unverified(2, ColumnNo(0), 11); // again: counted once
+        sizes.record_unverified(3, ColumnNo(1), 12);
+        assert!(sizes.any_to_check());
+        sizes.record(2, ColumnNo(0), 11);
+        assert!(sizes.any_to_check(), "3 is still unchecked");
+        sizes.record_forgetting(3, ColumnNo(1), 9);
+        assert!(sizes.any_to_check(), "3 is being forgotten");
+        assert_eq!(sizes.state(3, ColumnNo(1)), Some(SizeState::Forgetting(9)));
+        sizes.record(3, ColumnNo(1), 9);
+        assert!(!sizes.any_to_check());
+        assert_eq!(sizes.state(3, ColumnNo(1)), Some(SizeState::Verified(9)));
     }
 
     #[test]

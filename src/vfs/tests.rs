@@ -293,7 +293,7 @@ fn broken_shard_gives_eio_and_is_reported_while_others_work() {
 }
 
 #[test]
-fn a_size_from_unverified_bytes_that_the_verified_bytes_contradict_fails_the_read_once() {
+fn a_size_from_unverified_bytes_that_the_verified_bytes_contradict_fails_reads_until_forgotten() {
     use super::inode::{ColumnNo, Node, SampleId};
     let src = memory(40, None);
     src.size_lie.store(12, Relaxed);
