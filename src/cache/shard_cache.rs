@@ -589,18 +589,15 @@ impl ShardCache {
             return Ok(h);
         }
         Counters::add(&self.counters.memory_misses, 1);
-        if !self.is_resident(shard) && self.dataset.is_ranged(shard)? {
-            if let Some(raw) = self.flight_verified(shard) {
-                // On its way: its verified header (the fill put it in memory before publishing).
-                if let Some(h) = self.memory.header_any(shard) {
-                    return Ok(h);
-                }
-                return Ok(Arc::new(
-                    ShardHeader::parse(&raw).map_err(|e| self.corrupt(shard, e))?,
-                ));
+        if let Some(raw) = self.flight_verified(shard) {
+            // On its way: its verified header (the fill put it in memory before publishing).
+            if let Some(h) = self.memory.header(shard) {
+                return Ok(h);
             }
+            return Ok(Arc::new(
+                ShardHeader::parse(&raw).map_err(|e| self.corrupt(shard, e))?,
+            ));
         }
-        // Resident (perhaps by a fill that just ended), or it must be fetched whole.
         let header = if self.is_resident(shard) || !self.dataset.is_ranged(shard)? {
             return self.get(shard)?.header();
         } else {
@@ -621,6 +618,8 @@ impl ShardCache {
             return Ok(b);
         }
         if let Some(b) = self.sample_from_flight(shard, i)? {
+            // A read that waited for its shard's download.
+            Counters::add(&self.counters.disk_misses, 1);
             return Ok(b);
         }
         match self.get(shard) {
@@ -893,7 +892,6 @@ impl ShardCache {
         let Some(raw) = self.flight_verified(shard) else {
             return Ok(None);
         };
-        Counters::add(&self.counters.disk_misses, 1);
         let header = match self.memory.header(shard) {
             Some(h) => h,
             None => Arc::new(ShardHeader::parse(&raw).map_err(|e| self.corrupt(shard, e))?),

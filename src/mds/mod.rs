@@ -27,7 +27,7 @@ pub use hash::{hash_hex, verify_hashes, HASH_ALGOS};
 pub use index::{
     validate_basename, Algo, Column, Compression, FileRef, Index, ShardEntry, INDEX_FILE,
 };
-pub use render::{extension, render, render_range, rendered_len, rendered_len_of_stored};
+pub use render::{extension, render, render_range, rendered_len, renders_as_stored};
 pub use sample::{column_len_from_sample_len, is_sole_variable_column, split_sample};
 pub use shard::{header_len, ShardHeader, ShardView};
 pub use writer::{Writer, WriterConfig};

@@ -252,9 +252,7 @@ impl MdsDataset {
         let cols = &stream.index.shards().get(shard)?.columns;
         let column = column as usize;
         let enc = &cols.get(column)?.encoding;
-        if !mds::is_sole_variable_column(cols, column)
-            || mds::rendered_len_of_stored(enc, 0).is_none()
-        {
+        if !mds::is_sole_variable_column(cols, column) || !mds::renders_as_stored(enc) {
             return None;
         }
         let len = match stream.shards.sample_len_for_size(shard, i) {
@@ -264,7 +262,7 @@ impl MdsDataset {
                 return None;
             }
         };
-        mds::rendered_len_of_stored(enc, mds::column_len_from_sample_len(cols, len, column)?)
+        mds::column_len_from_sample_len(cols, len, column)
     }
 
     fn resident(&self, sample: u64) -> bool {

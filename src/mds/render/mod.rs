@@ -212,14 +212,14 @@ pub fn render_range(enc: &Encoding, raw: &Bytes, offset: u64, len: usize) -> Res
     }
 }
 
-/// The rendered length of a column from its stored length alone, for encodings whose file is
-/// the stored bytes unchanged (`bytes`, `jpeg`, `png`, `pkl`); `None` for the others, whose
-/// rendered length depends on the bytes (text of a number, .npy headers, UTF-8 checks).
-pub fn rendered_len_of_stored(enc: &Encoding, stored: u64) -> Option<u64> {
-    match enc {
-        Encoding::Bytes | Encoding::Jpeg { .. } | Encoding::Png | Encoding::Pkl => Some(stored),
-        _ => None,
-    }
+/// Whether a column's file is its stored bytes unchanged (`bytes`, `jpeg`, `png`, `pkl`), so
+/// its length is the stored length; for the others it depends on the bytes (text of a number,
+/// .npy headers, UTF-8 checks).
+pub fn renders_as_stored(enc: &Encoding) -> bool {
+    matches!(
+        enc,
+        Encoding::Bytes | Encoding::Jpeg { .. } | Encoding::Png | Encoding::Pkl
+    )
 }
 
 /// The exact length of [`render`]'s output, computed without building it.
