@@ -93,13 +93,14 @@ def cache_counters(mnt):
 
 
 def buffer_kb(mnt):
-    """KiB the mount holds in its bounded buffers now (memory tier and shards being
-    downloaded, both bounded by --memory-limit; status.json), or None when unreadable."""
+    """KiB the mount holds in its bounded buffers now (memory tier, shards being downloaded
+    and download buffers kept for the next ones, all bounded by --memory-limit;
+    status.json), or None when unreadable."""
     try:
         with open(os.path.join(mnt, ".shardfs", "status.json")) as f:
             caches = json.load(f)["cache"]
         return sum(c.get("memory_tier_bytes", 0) + c.get("downloading_bytes", 0)
-                   for c in caches) / 1024
+                   + c.get("idle_download_buffer_bytes", 0) for c in caches) / 1024
     except (OSError, ValueError, KeyError, TypeError):
         return None
 

@@ -5,6 +5,7 @@
 //! shard's header and samples ([`Dataset::fetch_header`], [`Dataset::fetch_range`]) for
 //! random access without downloading the shard.
 
+use super::download_budget::{DownloadBudget, DownloadBuffer};
 use super::stats::Counters;
 use super::CacheError;
 use crate::mds::{self, FileRef, Index, ShardEntry, ShardHeader};
@@ -301,6 +302,17 @@ impl Dataset {
     /// When such a download fails its check, the next attempts repair it part by part
     /// ([`store::refetch_differing_parts`]) instead of downloading it whole again.
     pub fn fetch_shard(&self, shard: usize, attempts: u32) -> Result<Bytes, CacheError> {
+        self.fetch_shard_into(shard, attempts, None)
+    }
+
+    /// [`Self::fetch_shard`], downloading in parts into buffers of `buffers` (reused from
+    /// earlier downloads) when given, else into fresh memory.
+    pub(super) fn fetch_shard_into(
+        &self,
+        shard: usize,
+        attempts: u32,
+        buffers: Option<&Arc<DownloadBudget>>,
+    ) -> Result<Bytes, CacheError> {
         let entry = self.shard(shard)?;
         let stored = entry.stored_file();
         let key = ObjectKey::new(stored.basename.clone())?;
@@ -328,20 +340,34 @@ impl Dataset {
             Counters::add(&self.counters.verify_failures, 1);
             tracing::warn!(shard, url = %url, attempt, reason, "downloaded shard failed verification");
         };
+        let buffer = |len: usize| match buffers {
+            Some(budget) => budget.buffer(len),
+            None => DownloadBuffer::unkept(len),
+        };
         // The last download in parts that failed its check, kept to be repaired.
-        let mut held: Option<(bytes::BytesMut, store::EtagMd5s)> = None;
+        let mut held: Option<(DownloadBuffer, store::EtagMd5s)> = None;
         for attempt in 1..=downloads {
             let repairing = held.is_some();
             let fetched = match held.take() {
                 Some((whole, tag)) => self.repair(shard, &key, &check, whole, tag),
-                None if in_parts => {
-                    self.store
-                        .get_in_parts(&key, stored.bytes, self.fetch_part_size)
-                }
-                None => self.store.get_fetched(&key),
+                None if in_parts => usize::try_from(stored.bytes)
+                    .map_err(|_| StoreError::Other {
+                        url: url.clone(),
+                        detail: format!(
+                            "{} bytes do not fit in memory on this machine",
+                            stored.bytes
+                        ),
+                    })
+                    .and_then(|len| {
+                        let mut whole = buffer(len);
+                        self.store
+                            .get_in_parts(&key, &mut whole, self.fetch_part_size)
+                            .map(|tag| Download::Parts(whole, tag))
+                    }),
+                None => self.store.get_fetched(&key).map(Download::Whole),
             };
-            let fetched = match fetched {
-                Ok(f) => f,
+            let download = match fetched {
+                Ok(d) => d,
                 // Rewritten while we read it: like damage, worth another download.
                 Err(e @ StoreError::Changed { .. }) => {
                     last = e.to_string();
@@ -350,24 +376,29 @@ impl Dataset {
                 }
                 Err(e) => return Err(e.into()),
             };
-            let bytes = fetched.bytes;
             let checking = std::time::Instant::now();
             if !repairing {
                 // A repair counted the parts it fetched again.
-                Counters::add(&self.counters.bytes_fetched, bytes.len() as u64);
+                Counters::add(&self.counters.bytes_fetched, download.len() as u64);
             }
-            let sums = TransferSums {
-                md5: fetched.md5,
-                multipart_md5: fetched.multipart_md5,
-                store: fetched.store_sums,
-            };
-            let outcome = if check.hashes.is_empty() {
-                self.transfer_check(shard, &url, &bytes, &sums, Some(&mut previous_md5))
+            let sums = download.sums();
+            // The stored bytes first (the index's hash, else the store's checksums): a
+            // download in parts that fails here is kept, to be repaired part by part.
+            let stored_ok = if check.hashes.is_empty() {
+                self.transfer_check(shard, &url, &download, &sums, Some(&mut previous_md5))
             } else {
                 Ok(())
             }
-            .and_then(|()| verify_and_unpack(entry, &check, &bytes))
-            .and_then(|raw| {
+            .and_then(|()| mds::verify_hashes(&check, &download).map_err(|e| e.to_string()));
+            if let Err(reason) = stored_ok {
+                last = reason;
+                failed(attempt, &last);
+                if let Download::Parts(whole, tag) = download {
+                    held = Some((whole, tag));
+                }
+                continue;
+            }
+            let outcome = unpack(entry, download.freeze()).and_then(|raw| {
                 check_header(shard, &url, entry, &raw)
                     .map(|_| raw)
                     .map_err(|e| match e {
@@ -388,12 +419,6 @@ impl Dataset {
                 Err(reason) => last = reason,
             }
             failed(attempt, &last);
-            if in_parts {
-                // Unpacking kept no reference to a download that failed: it is ours again.
-                if let Ok(whole) = bytes.try_into_mut() {
-                    held = Some((whole, (sums.md5, sums.multipart_md5)));
-                }
-            }
         }
         Err(CacheError::Corrupt {
             shard,
@@ -410,9 +435,9 @@ impl Dataset {
         shard: usize,
         key: &ObjectKey,
         check: &FileRef,
-        mut whole: bytes::BytesMut,
+        mut whole: DownloadBuffer,
         tag: store::EtagMd5s,
-    ) -> Result<store::Fetched, StoreError> {
+    ) -> Result<Download, StoreError> {
         let url = self.store.url_of(key);
         let sums = TransferSums {
             md5: tag.0,
@@ -445,12 +470,7 @@ impl Dataset {
             repaired = repair.verified,
             "fetched the parts of a damaged download again"
         );
-        Ok(store::Fetched {
-            bytes: whole.freeze(),
-            md5: tag.0,
-            multipart_md5: tag.1,
-            store_sums: store::StoreChecksums::default(),
-        })
+        Ok(Download::Parts(whole, tag))
     }
 
     /// The store's own check of a download of a shard index.json lists no hash for: its
@@ -522,6 +542,53 @@ impl Dataset {
             ));
         }
         Ok(())
+    }
+}
+
+/// One download of a stored shard file: made in parts into a download buffer, or whole by the
+/// store's client.
+enum Download {
+    /// Ranged parts written into a buffer of the download budget, and the ETag they agreed on.
+    Parts(DownloadBuffer, store::EtagMd5s),
+    /// One GET.
+    Whole(store::Fetched),
+}
+
+impl Download {
+    /// What the store said about the bytes.
+    fn sums(&self) -> TransferSums {
+        match self {
+            Download::Parts(_, (md5, multipart_md5)) => TransferSums {
+                md5: *md5,
+                multipart_md5: *multipart_md5,
+                // Checksum headers of a range are not the object's.
+                store: store::StoreChecksums::default(),
+            },
+            Download::Whole(f) => TransferSums {
+                md5: f.md5,
+                multipart_md5: f.multipart_md5,
+                store: f.store_sums,
+            },
+        }
+    }
+
+    /// The bytes, shared from here on; a buffer goes back to its budget when the last
+    /// reference is gone.
+    fn freeze(self) -> Bytes {
+        match self {
+            Download::Parts(buffer, _) => Bytes::from_owner(buffer),
+            Download::Whole(f) => f.bytes,
+        }
+    }
+}
+
+impl std::ops::Deref for Download {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Download::Parts(buffer, _) => buffer,
+            Download::Whole(f) => &f.bytes,
+        }
     }
 }
 
@@ -602,15 +669,14 @@ fn check_header(
     Ok(header)
 }
 
-/// Size + hash check of the stored bytes, then decompression.
-fn verify_and_unpack(entry: &ShardEntry, check: &FileRef, bytes: &Bytes) -> Result<Bytes, String> {
-    mds::verify_hashes(check, bytes).map_err(|e| e.to_string())?;
+/// The raw shard from its verified stored bytes: decompressed, or the bytes themselves.
+fn unpack(entry: &ShardEntry, bytes: Bytes) -> Result<Bytes, String> {
     match (&entry.zip, &entry.compression) {
-        (Some(_), Some(c)) => mds::decompress(c, bytes, Some(entry.raw.bytes))
+        (Some(_), Some(c)) => mds::decompress(c, &bytes, Some(entry.raw.bytes))
             .map(Bytes::from)
             .map_err(|e| format!("decompressing: {e}")),
         (Some(_), None) => Err("index.json lists a compressed file without a compression".into()),
-        (None, _) => Ok(bytes.clone()),
+        (None, _) => Ok(bytes),
     }
 }
 

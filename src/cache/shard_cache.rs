@@ -2,7 +2,7 @@
 //! memory tier in front of it. See the module notes in `cache/mod.rs`.
 
 use super::dataset::Dataset;
-use super::download_budget::{DownloadBudget, Urgency};
+use super::download_budget::{DownloadBudget, Urgency, IDLE_BUFFER_LIFETIME};
 use super::io::{self, FileReader};
 use super::layout::{Durability, Layout};
 use super::memory::{MemoryTier, Provenance};
@@ -179,7 +179,7 @@ pub struct ShardCache {
     /// Serializes checksum verifications, so a shard is hashed once however many readers wait.
     verifying: Mutex<()>,
     /// Bounds the bytes of shards downloading at once.
-    downloads: DownloadBudget,
+    downloads: Arc<DownloadBudget>,
     _lock: File,
 }
 
@@ -339,7 +339,7 @@ impl ShardCache {
                 clock,
             }),
             room: Condvar::new(),
-            downloads: DownloadBudget::new(opts.download_memory),
+            downloads: Arc::new(DownloadBudget::new(opts.download_memory)),
             policy,
             reader,
             prefetch_tx: Mutex::new(None),
@@ -756,6 +756,7 @@ impl ShardCache {
             resident_shards: resident,
             memory_tier_bytes: self.memory.bytes(),
             downloading_bytes: self.downloads.in_use(),
+            idle_download_buffer_bytes: self.downloads.idle_buffer_bytes(),
             pinned_shards: pinned,
             io_backend: self.reader.name(),
         }
@@ -948,7 +949,11 @@ impl ShardCache {
         let _memory = self.downloads.acquire(size, urgency);
         let _demand = crate::store::demand_scope(demand);
         let started = Instant::now();
-        let raw = self.dataset.fetch_shard(shard, self.opts.verify_attempts)?;
+        let raw = self.dataset.fetch_shard_into(
+            shard,
+            self.opts.verify_attempts,
+            Some(&self.downloads),
+        )?;
         let fetched_in = started.elapsed();
         self.counters.fetch_latency.observe(fetched_in);
         if let Ok(h) = ShardHeader::parse(&raw) {
@@ -1154,9 +1159,19 @@ impl ShardCache {
             let spawned = std::thread::Builder::new()
                 .name(format!("shardfs-prefetch-{n}"))
                 .spawn(move || loop {
-                    let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
-                    let Ok(shard) = job else { return };
+                    // Waking now and then also frees download buffers nobody used for a
+                    // while, so an idle mount gives that memory back.
+                    let job = rx
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .recv_timeout(IDLE_BUFFER_LIFETIME / 3);
                     let Some(cache) = weak.upgrade() else { return };
+                    cache.downloads.free_idle(IDLE_BUFFER_LIFETIME);
+                    let shard = match job {
+                        Ok(shard) => shard,
+                        Err(mpsc::RecvTimeoutError::Timeout) => continue,
+                        Err(mpsc::RecvTimeoutError::Disconnected) => return,
+                    };
                     match cache.ensure_if_room(shard) {
                         Ok(true) => {}
                         Ok(false) => tracing::debug!(shard, "prefetch skipped: no room now"),

@@ -47,6 +47,9 @@ pub struct CacheStats {
     /// Bytes of shards being downloaded now, held in memory until they are on disk (bounded
     /// by the other half of `--memory-limit`).
     pub downloading_bytes: u64,
+    /// Bytes of buffers of finished downloads kept for the next ones (together with
+    /// `downloading_bytes` within that half of `--memory-limit`; freed after 30 s unused).
+    pub idle_download_buffer_bytes: u64,
     /// Shards currently pinned by open handles.
     pub pinned_shards: u64,
     /// Which reader serves cached files: "io_uring-inline", "io_uring" (ring threads) or "pread".

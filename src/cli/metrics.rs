@@ -152,6 +152,11 @@ fn families(status: &Value) -> Vec<(&'static str, &'static str, Family)> {
         "Bytes of shards being downloaded, held in memory until they are on disk.",
         Family::Gauge(per_stream("downloading_bytes")),
     ));
+    out.push((
+        "shardfs_idle_download_buffer_bytes",
+        "Bytes of buffers of finished downloads kept for the next ones.",
+        Family::Gauge(per_stream("idle_download_buffer_bytes")),
+    ));
     let fetch = streams
         .iter()
         .enumerate()
@@ -464,6 +469,7 @@ mod tests {
                        "disk_misses": 6, "evictions": 0, "usage_bytes": 4000,
                        "limit_bytes": u64::MAX, "resident_shards": 2, "fill_failures": 1,
                        "memory_tier_bytes": 700, "downloading_bytes": 64,
+                       "idle_download_buffer_bytes": 32,
                        "verify_failures": 0, "fetch_latency": h.snapshot().to_json()}],
             "read_latency": h.snapshot().to_json(),
         });
@@ -481,6 +487,7 @@ mod tests {
             "shardfs_stall_seconds_total 1.5",
             "shardfs_memory_tier_bytes{stream=\"0\",source=\"s3://b/p\"} 700",
             "shardfs_downloading_bytes{stream=\"0\",source=\"s3://b/p\"} 64",
+            "shardfs_idle_download_buffer_bytes{stream=\"0\",source=\"s3://b/p\"} 32",
             "# EOF",
         ] {
             assert!(text.contains(want), "missing {want:?} in:\n{text}");

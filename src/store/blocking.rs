@@ -94,13 +94,13 @@ impl BlockingStore {
     pub fn get_in_parts(
         &self,
         key: &ObjectKey,
-        size: u64,
+        whole: &mut [u8],
         part_size: u64,
-    ) -> Result<super::Fetched, StoreError> {
+    ) -> Result<super::EtagMd5s, StoreError> {
         self.run(super::get_in_parts(
             self.store.as_ref(),
             key,
-            size,
+            whole,
             part_size,
         ))
     }

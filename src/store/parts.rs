@@ -14,61 +14,50 @@
 //! `refetch_differing_parts`: a download in parts that failed its check is repaired part by
 //! part instead of being fetched again whole.
 
-use super::{EtagMd5s, Fetched, ObjectKey, Store, StoreChecksums, StoreError};
-use bytes::BytesMut;
+use super::{EtagMd5s, ObjectKey, Store, StoreError};
 use futures::stream::{FuturesUnordered, StreamExt};
 
-/// The whole object `key` of `size` bytes, as ranged GETs of `part_size` bytes (the last one
-/// shorter) all started at once, each written into its place in one buffer as its bytes
-/// arrive. The result carries the ETag-derived MD5s every part agreed on, and no header
-/// checksums (those of a range are not the object's).
+/// Fills `whole` with the object `key` (exactly `whole.len()` bytes long) by ranged GETs of
+/// `part_size` bytes (the last one shorter), all started at once, each written into its place
+/// as its bytes arrive. Returns the ETag-derived MD5s every part agreed on (a ranged answer's
+/// checksum headers are the range's, not the object's, and are not used).
+///
+/// The caller owns the buffer, so a daemon can hand the same few shard-sized buffers from
+/// download to download instead of mapping fresh memory each time. Every byte of `whole` is
+/// written by a part or the call fails: a part that ends short is an error, never a gap
+/// holding older bytes.
 pub async fn get_in_parts(
     store: &dyn Store,
     key: &ObjectKey,
-    size: u64,
+    whole: &mut [u8],
     part_size: u64,
-) -> Result<Fetched, StoreError> {
+) -> Result<EtagMd5s, StoreError> {
     let part_size = usize::try_from(part_size.max(1)).unwrap_or(usize::MAX);
-    let len = usize::try_from(size).map_err(|_| StoreError::Other {
-        url: store.url_of(key),
-        detail: format!("{size} bytes do not fit in memory on this machine"),
-    })?;
-    // One buffer for the object; each part is filled in place (retries included), so the
-    // parts need no assembling and a shard takes its own size in memory, no more.
-    let mut whole = BytesMut::zeroed(len);
     let mut agreed: Option<EtagMd5s> = None;
-    {
-        let mut pending = FuturesUnordered::new();
-        for (i, dest) in whole.chunks_mut(part_size).enumerate() {
-            let at = i.saturating_mul(part_size);
-            let range = at as u64..(at + dest.len()) as u64;
-            pending.push(async move { (at, store.get_part_into(key, range, dest).await) });
-        }
-        while let Some((at, part)) = pending.next().await {
-            let tag = part?;
-            match &agreed {
-                None => agreed = Some(tag),
-                Some(first) if *first == tag => {}
-                Some(first) => {
-                    return Err(StoreError::Changed {
-                        url: store.url_of(key),
-                        detail: format!(
-                            "part at byte {at} has ETag {}, an earlier part {}",
-                            describe(&tag),
-                            describe(first)
-                        ),
-                    })
-                }
+    let mut pending = FuturesUnordered::new();
+    for (i, dest) in whole.chunks_mut(part_size).enumerate() {
+        let at = i.saturating_mul(part_size);
+        let range = at as u64..(at + dest.len()) as u64;
+        pending.push(async move { (at, store.get_part_into(key, range, dest).await) });
+    }
+    while let Some((at, part)) = pending.next().await {
+        let tag = part?;
+        match &agreed {
+            None => agreed = Some(tag),
+            Some(first) if *first == tag => {}
+            Some(first) => {
+                return Err(StoreError::Changed {
+                    url: store.url_of(key),
+                    detail: format!(
+                        "part at byte {at} has ETag {}, an earlier part {}",
+                        describe(&tag),
+                        describe(first)
+                    ),
+                })
             }
         }
     }
-    let (md5, multipart_md5) = agreed.unwrap_or((None, None));
-    Ok(Fetched {
-        bytes: whole.freeze(),
-        md5,
-        multipart_md5,
-        store_sums: StoreChecksums::default(),
-    })
+    Ok(agreed.unwrap_or((None, None)))
 }
 
 /// What [`refetch_differing_parts`] did to a held download.
@@ -244,10 +233,12 @@ mod tests {
         let key = ObjectKey::new("shard.00000.mds").expect("key");
         for (len, part) in [(1000, 100), (1001, 100), (99, 100), (100, 100), (0, 8)] {
             let m = memory(len, usize::MAX);
-            let got = get_in_parts(&m, &key, len as u64, part).await.expect("get");
-            assert_eq!(got.bytes, m.data, "len {len} part {part}");
+            // Stale bytes from an earlier use of the buffer are all overwritten.
+            let mut got = vec![0xee; len];
+            let tag = get_in_parts(&m, &key, &mut got, part).await.expect("get");
+            assert_eq!(got, m.data, "len {len} part {part}");
             assert_eq!(m.reads.load(Ordering::SeqCst), len.div_ceil(part as usize));
-            assert_eq!(got.md5, if len == 0 { None } else { Some([0; 16]) });
+            assert_eq!(tag.0, if len == 0 { None } else { Some([0; 16]) });
         }
     }
 
@@ -255,9 +246,8 @@ mod tests {
     async fn a_repair_puts_in_differing_parts_until_the_check_holds_and_refuses_a_new_version() {
         let key = ObjectKey::new("shard.00000.mds").expect("key");
         let m = memory(1000, 14);
-        let mut got = get_in_parts(&m, &key, 1000, 100).await.expect("get");
-        let tag = (got.md5, got.multipart_md5);
-        let mut whole = std::mem::take(&mut got.bytes).to_vec();
+        let mut whole = vec![0u8; 1000];
+        let tag = get_in_parts(&m, &key, &mut whole, 100).await.expect("get");
         whole[350] ^= 1;
         let truth = m.data.clone();
         let mut checks = 0;
@@ -325,7 +315,7 @@ mod tests {
     async fn parts_of_two_versions_are_refused() {
         let key = ObjectKey::new("shard.00000.mds").expect("key");
         let m = memory(1000, 3);
-        let err = get_in_parts(&m, &key, 1000, 100)
+        let err = get_in_parts(&m, &key, &mut [0u8; 1000], 100)
             .await
             .expect_err("changed");
         assert!(matches!(err, StoreError::Changed { .. }), "{err}");
@@ -411,12 +401,15 @@ mod retry_tests {
         };
         let store = ResilientStore::new(inner.clone(), &opts);
         let key = ObjectKey::new("shard.00000.mds").expect("key");
-        let got = get_in_parts(&store, &key, 1000, 300).await.expect("get");
+        let mut got = vec![0u8; 1000];
+        get_in_parts(&store, &key, &mut got, 300)
+            .await
+            .expect("get");
         assert_eq!(
-            got.bytes, data,
+            got, data,
             "every part's bytes, none of the failed attempt's"
         );
-        let start = got.bytes.as_ptr() as usize;
+        let start = got.as_ptr() as usize;
         let attempts = inner.attempts.lock().expect("lock");
         assert_eq!(attempts.len(), 4, "{attempts:?}");
         for (at, ptrs) in attempts.iter() {
