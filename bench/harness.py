@@ -92,6 +92,17 @@ def proc_cpu_s(pid):
         return None
 
 
+def proc_minflt(pid):
+    """Minor page faults of a live process so far (each maps a page, a fresh one zeroed)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        # fields[0] is field 3 (state): minflt is field 10
+        return int(fields[7])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
 def proc_hwm_mb(pid):
     try:
         with open(f"/proc/{pid}/status") as f:
@@ -425,12 +436,14 @@ class Runner:
         if serve_pid is not None:
             row["serve_cpu_s"] = _diff(after["serve_cpu"], before["serve_cpu"])
             row["serve_peak_rss_mb"] = after["serve_hwm"]
+            row["serve_minor_faults"] = _diff(after["serve_minflt"], before["serve_minflt"])
 
     def _snap(self, serve_pid):
         snap = {"server": self.server.stats(), "server_cpu": self.server.cpu_s()}
         if serve_pid is not None:
             snap["serve_cpu"] = proc_cpu_s(serve_pid)
             snap["serve_hwm"] = proc_hwm_mb(serve_pid)
+            snap["serve_minflt"] = proc_minflt(serve_pid)
         return snap
 
     def _row(self, system, pass_name, r, before, after, list_s):

@@ -5,7 +5,7 @@
 //! shard's header and samples ([`Dataset::fetch_header`], [`Dataset::fetch_range`]) for
 //! random access without downloading the shard.
 
-use super::download_budget::{DownloadBudget, DownloadBuffer};
+use super::download_budget::{DownloadBuffer, DownloadPermit};
 use super::stats::Counters;
 use super::CacheError;
 use crate::mds::{self, FileRef, Index, ShardEntry, ShardHeader};
@@ -305,13 +305,14 @@ impl Dataset {
         self.fetch_shard_into(shard, attempts, None)
     }
 
-    /// [`Self::fetch_shard`], downloading in parts into buffers of `buffers` (reused from
-    /// earlier downloads) when given, else into fresh memory.
+    /// [`Self::fetch_shard`], downloading in parts into buffers of `permit` (reused from
+    /// earlier downloads, and holding the permit's bytes until their last user is done)
+    /// when given, else into fresh memory.
     pub(super) fn fetch_shard_into(
         &self,
         shard: usize,
         attempts: u32,
-        buffers: Option<&Arc<DownloadBudget>>,
+        permit: Option<&DownloadPermit>,
     ) -> Result<Bytes, CacheError> {
         let entry = self.shard(shard)?;
         let stored = entry.stored_file();
@@ -340,8 +341,8 @@ impl Dataset {
             Counters::add(&self.counters.verify_failures, 1);
             tracing::warn!(shard, url = %url, attempt, reason, "downloaded shard failed verification");
         };
-        let buffer = |len: usize| match buffers {
-            Some(budget) => budget.buffer(len),
+        let buffer = |len: usize| match permit {
+            Some(p) => p.buffer(len),
             None => DownloadBuffer::unkept(len),
         };
         // The last download in parts that failed its check, kept to be repaired.

@@ -10,14 +10,17 @@
 //! prefetch. (Letting it past the budget instead was tried: with several readers starting at
 //! once, three shards then share the link where two did, and the first of them lands later.)
 //!
-//! The budget also keeps the buffers downloads were made into ([`DownloadBuffer`]): a shard's
-//! buffer comes back when its last user lets go, and the next download takes it instead of
-//! fresh memory. A fresh 64 MiB buffer costs ~16k page faults, each handing the process a
+//! The budget also keeps the buffers downloads were made into ([`DownloadBuffer`]) for the
+//! next downloads. A fresh 64 MiB buffer costs ~16k page faults, each handing the process a
 //! zeroed page (28 ms per 64 MiB on this project's bench machine, against 5 ms to fill a
-//! reused one), and giving it back to the kernel afterwards makes RSS swing by a shard at
-//! a time. Kept buffers plus the bytes taken never exceed the budget, so memory stays within
-//! it; buffers unused for [`IDLE_BUFFER_LIFETIME`] are freed (see [`DownloadBudget::free_idle`]).
+//! reused one), and giving it back to the kernel afterwards makes RSS swing by a shard at a
+//! time. A buffer carries its download's bytes with it: they stay taken until the buffer's
+//! last user lets go (readers copying from the verified shard may outlive the fill), and
+//! then the buffer is kept if the bytes taken plus the kept buffers stay within the budget.
+//! So memory stays within the budget, and the next download finds the buffer waiting.
+//! Buffers unused for [`IDLE_BUFFER_LIFETIME`] are freed ([`DownloadBudget::free_idle`]).
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
@@ -53,20 +56,24 @@ struct BudgetState {
     idle_bytes: u64,
 }
 
-/// A buffer for one download, from [`DownloadBudget::buffer`]: `len` bytes whose contents are
-/// unspecified (bytes of an earlier download, or zeros), which the download overwrites
-/// whole. Dropped, it goes back to its budget's kept buffers when they have room.
+/// Bytes taken from a [`DownloadBudget`], given back on drop (those not handed to a
+/// [`DownloadBuffer`]).
+#[derive(Debug)]
+pub struct DownloadPermit<'a> {
+    budget: &'a Arc<DownloadBudget>,
+    bytes: AtomicU64,
+}
+
+/// A buffer for one download, from [`DownloadPermit::buffer`]: `len` bytes whose contents
+/// are unspecified (bytes of an earlier download, or zeros), which the download overwrites
+/// whole. It holds bytes of its permit until dropped; then it is kept for the next download
+/// when the budget has room for it.
 #[derive(Debug)]
 pub struct DownloadBuffer {
     data: Vec<u8>,
     home: Weak<DownloadBudget>,
-}
-
-/// Bytes taken from a [`DownloadBudget`], given back on drop.
-#[derive(Debug)]
-pub struct DownloadPermit<'a> {
-    budget: &'a DownloadBudget,
-    bytes: u64,
+    /// Bytes of the budget this buffer holds taken.
+    taken: u64,
 }
 
 impl DownloadBudget {
@@ -80,12 +87,13 @@ impl DownloadBudget {
     }
 
     /// Waits until `bytes` (at most the whole budget) fit, then takes them; while a
-    /// [`Urgency::Demand`] download waits, no prefetch is let in.
-    pub fn acquire(&self, bytes: u64, urgency: Urgency) -> DownloadPermit<'_> {
+    /// [`Urgency::Demand`] download waits, no prefetch is let in. Kept buffers that no
+    /// longer fit beside the bytes taken are freed, except one this download can use.
+    pub fn acquire<'a>(self: &'a Arc<Self>, bytes: u64, urgency: Urgency) -> DownloadPermit<'a> {
         if self.limit == 0 {
             return DownloadPermit {
                 budget: self,
-                bytes: 0,
+                bytes: AtomicU64::new(0),
             };
         }
         let bytes = bytes.min(self.limit);
@@ -102,55 +110,129 @@ impl DownloadBudget {
             st = self.freed.wait(st).unwrap_or_else(|p| p.into_inner());
         }
         st.used += bytes;
+        let mut notify = false;
         if demand {
             st.demands_waiting -= 1;
-            if st.demands_waiting == 0 {
-                // Prefetches that found room but let this read go first: look again.
-                drop(st);
-                self.freed.notify_all();
-            }
+            // Prefetches that found room but let this read go first: look again.
+            notify = st.demands_waiting == 0;
+        }
+        let surplus = trim_idle(&mut st, self.limit, bytes);
+        drop(st);
+        drop(surplus);
+        if notify {
+            self.freed.notify_all();
         }
         DownloadPermit {
             budget: self,
-            bytes,
+            bytes: AtomicU64::new(bytes),
         }
     }
 
     /// Bytes taken now (shards being downloaded and not yet on disk; 0 when unbounded).
     pub fn in_use(&self) -> u64 {
-        self.state.lock().unwrap_or_else(|p| p.into_inner()).used
+        self.lock().used
     }
 
     /// Bytes of buffers kept for the next downloads.
     pub fn idle_buffer_bytes(&self) -> u64 {
-        self.state
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .idle_bytes
+        self.lock().idle_bytes
     }
 
-    /// A buffer of `len` bytes for a download: the smallest kept buffer that is large enough,
-    /// else fresh (zeroed) memory. Take the bytes from the budget first ([`Self::acquire`]).
-    pub fn buffer(self: &Arc<Self>, len: usize) -> DownloadBuffer {
-        let kept = {
-            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            let best = st
-                .idle
-                .iter()
-                .enumerate()
-                .filter(|(_, (b, _))| b.capacity() >= len)
-                .min_by_key(|(_, (b, _))| b.capacity())
-                .map(|(i, _)| i);
-            best.map(|i| {
-                let (b, _) = st.idle.swap_remove(i);
-                st.idle_bytes = st.idle_bytes.saturating_sub(b.capacity() as u64);
-                b
-            })
+    /// Frees the kept buffers unused for at least `age`; returns their bytes.
+    pub fn free_idle(&self, age: Duration) -> u64 {
+        let old: Vec<Vec<u8>> = {
+            let mut st = self.lock();
+            let (old, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut st.idle)
+                .into_iter()
+                .partition(|(_, since)| since.elapsed() >= age);
+            st.idle = keep;
+            let old: Vec<Vec<u8>> = old.into_iter().map(|(b, _)| b).collect();
+            st.idle_bytes -= old.iter().map(|b| b.capacity() as u64).sum::<u64>();
+            old
         };
-        let data = match kept {
+        // Freed outside the lock: unmapping MiBs takes a moment.
+        old.iter().map(|b| b.capacity() as u64).sum()
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BudgetState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The smallest kept buffer of at least `len` bytes, taken out of the kept ones.
+    fn take_idle(&self, len: usize) -> Option<Vec<u8>> {
+        let mut st = self.lock();
+        let i = best_fit(&st.idle, len)?;
+        let (b, _) = st.idle.swap_remove(i);
+        st.idle_bytes -= b.capacity() as u64;
+        Some(b)
+    }
+
+    /// A buffer's `taken` bytes come back, and `data` is kept when it fits beside the
+    /// bytes taken and the other kept buffers; else it is freed.
+    fn give_back(&self, data: Vec<u8>, taken: u64) {
+        let size = data.capacity() as u64;
+        let mut st = self.lock();
+        st.used = st.used.saturating_sub(taken);
+        let keep = self.limit > 0 && size > 0 && st.used + st.idle_bytes + size <= self.limit;
+        if keep {
+            st.idle_bytes += size;
+            st.idle.push((data, Instant::now()));
+        }
+        drop(st);
+        if taken > 0 {
+            self.freed.notify_all();
+        }
+        // An unkept `data` is freed here, outside the lock.
+    }
+}
+
+/// Index of the smallest buffer in `idle` of at least `len` bytes.
+fn best_fit(idle: &[(Vec<u8>, Instant)], len: usize) -> Option<usize> {
+    idle.iter()
+        .enumerate()
+        .filter(|(_, (b, _))| b.capacity() >= len)
+        .min_by_key(|(_, (b, _))| b.capacity())
+        .map(|(i, _)| i)
+}
+
+/// Takes out of `st` the kept buffers that do not fit beside the bytes taken, largest first,
+/// sparing the one a download of `incoming` bytes would take (its bytes are counted in `used`
+/// already). The caller frees them outside the lock.
+fn trim_idle(st: &mut BudgetState, limit: u64, incoming: u64) -> Vec<Vec<u8>> {
+    let spare = best_fit(&st.idle, usize::try_from(incoming).unwrap_or(usize::MAX))
+        .map(|i| st.idle.swap_remove(i));
+    let spared = spare.as_ref().map_or(0, |(b, _)| b.capacity() as u64);
+    st.idle_bytes -= spared;
+    st.idle.sort_by_key(|(b, _)| b.capacity());
+    let mut out = Vec::new();
+    while st.used + st.idle_bytes > limit {
+        let Some((b, _)) = st.idle.pop() else { break };
+        st.idle_bytes -= b.capacity() as u64;
+        out.push(b);
+    }
+    if let Some(kept) = spare {
+        st.idle_bytes += spared;
+        st.idle.push(kept);
+    }
+    out
+}
+
+impl DownloadPermit<'_> {
+    /// A buffer of `len` bytes for this permit's download: the smallest kept buffer that is
+    /// large enough, else fresh zeroed memory. Up to `len` of the permit's bytes go with
+    /// it and stay taken until the buffer is dropped.
+    pub fn buffer(&self, len: usize) -> DownloadBuffer {
+        let want = len as u64;
+        let taken = match self
+            .bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                Some(b - b.min(want))
+            }) {
+            Ok(before) | Err(before) => before.min(want),
+        };
+        let data = match self.budget.take_idle(len) {
             Some(mut b) => {
-                // Longer than needed: cut (no bytes are written); shorter: only the new tail
-                // is zeroed.
+                // Longer than needed: cut (no bytes are written); shorter cannot happen.
                 b.resize(len, 0);
                 b
             }
@@ -158,42 +240,22 @@ impl DownloadBudget {
         };
         DownloadBuffer {
             data,
-            home: Arc::downgrade(self),
+            home: Arc::downgrade(self.budget),
+            taken,
         }
     }
+}
 
-    /// Frees the kept buffers unused for at least `age`; returns their bytes.
-    pub fn free_idle(&self, age: Duration) -> u64 {
-        let freed: Vec<Vec<u8>> = {
-            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            let (old, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut st.idle)
-                .into_iter()
-                .partition(|(_, since)| since.elapsed() >= age);
-            st.idle = keep;
-            let old: Vec<Vec<u8>> = old.into_iter().map(|(b, _)| b).collect();
-            let bytes: u64 = old.iter().map(|b| b.capacity() as u64).sum();
-            st.idle_bytes = st.idle_bytes.saturating_sub(bytes);
-            old
-        };
-        // Freed outside the lock: unmapping MiBs takes a moment.
-        freed.iter().map(|b| b.capacity() as u64).sum()
-    }
-
-    /// Keeps `data` for the next download when the kept buffers and the bytes taken leave
-    /// room for it under the limit; else frees it.
-    fn give_back(&self, data: Vec<u8>) {
-        let size = data.capacity() as u64;
-        if self.limit == 0 || size == 0 {
+impl Drop for DownloadPermit<'_> {
+    fn drop(&mut self) {
+        let bytes = *self.bytes.get_mut();
+        if bytes == 0 {
             return;
         }
-        let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-        if st.used + st.idle_bytes + size <= self.limit {
-            st.idle_bytes += size;
-            st.idle.push((data, Instant::now()));
-            return;
-        }
+        let mut st = self.budget.lock();
+        st.used = st.used.saturating_sub(bytes);
         drop(st);
-        drop(data);
+        self.budget.freed.notify_all();
     }
 }
 
@@ -203,6 +265,7 @@ impl DownloadBuffer {
         Self {
             data: vec![0u8; len],
             home: Weak::new(),
+            taken: 0,
         }
     }
 }
@@ -229,20 +292,8 @@ impl AsRef<[u8]> for DownloadBuffer {
 impl Drop for DownloadBuffer {
     fn drop(&mut self) {
         if let Some(home) = self.home.upgrade() {
-            home.give_back(std::mem::take(&mut self.data));
+            home.give_back(std::mem::take(&mut self.data), self.taken);
         }
-    }
-}
-
-impl Drop for DownloadPermit<'_> {
-    fn drop(&mut self) {
-        if self.bytes == 0 {
-            return;
-        }
-        let mut st = self.budget.state.lock().unwrap_or_else(|p| p.into_inner());
-        st.used = st.used.saturating_sub(self.bytes);
-        drop(st);
-        self.budget.freed.notify_all();
     }
 }
 
@@ -273,7 +324,7 @@ mod tests {
         assert!(peak.load(Ordering::SeqCst) <= 100);
         assert_eq!(budget.in_use(), 0);
         // No bound: nothing is counted or waited for.
-        let free = DownloadBudget::new(0);
+        let free = Arc::new(DownloadBudget::new(0));
         let _a = free.acquire(1 << 40, Urgency::Prefetch);
         let _b = free.acquire(1 << 40, Urgency::Demand);
         assert_eq!(free.in_use(), 0);
@@ -336,42 +387,75 @@ mod tests {
     }
 
     #[test]
-    fn a_finished_download_s_buffer_is_the_next_one_s_and_never_more_than_the_budget_is_kept() {
+    fn a_buffer_holds_its_download_s_bytes_and_is_the_next_download_s_buffer() {
         let budget = Arc::new(DownloadBudget::new(100));
         let permit = budget.acquire(60, Urgency::Prefetch);
-        let mut first = budget.buffer(60);
+        let mut first = permit.buffer(60);
         first.fill(7);
         let at = first.as_ptr();
+        // The permit's bytes went with the buffer: they stay taken until it is dropped.
         drop(permit);
+        assert_eq!(budget.in_use(), 60);
         drop(first);
-        assert_eq!(budget.idle_buffer_bytes(), 60);
+        assert_eq!((budget.in_use(), budget.idle_buffer_bytes()), (0, 60));
         // A smaller download takes it, cut to its length.
         let p = budget.acquire(50, Urgency::Prefetch);
-        let second = budget.buffer(50);
+        let second = p.buffer(50);
         assert_eq!((second.as_ptr(), second.len()), (at, 50));
         assert_eq!(budget.idle_buffer_bytes(), 0);
         // A longer one than any kept gets fresh zeroed memory.
-        let third = budget.buffer(70);
+        let q = budget.acquire(40, Urgency::Prefetch);
+        let third = q.buffer(40);
+        assert_ne!(third.as_ptr(), at);
         assert!(third.iter().all(|&b| b == 0));
-        // 50 still taken: the 70 bytes coming back do not fit beside them.
-        drop(third);
-        assert_eq!(budget.idle_buffer_bytes(), 0, "50 taken + 70 kept > 100");
-        drop(p);
-        drop(second);
-        assert_eq!(budget.idle_buffer_bytes(), 60, "its capacity is kept");
+        // 50 taken by the second: the third's 40 bytes fit beside them, and are kept.
+        drop((q, third));
+        assert_eq!((budget.in_use(), budget.idle_buffer_bytes()), (50, 40));
+        // Its 50 bytes given back, the second's 60-byte buffer fits beside the 40 kept.
+        drop((p, second));
+        assert_eq!((budget.in_use(), budget.idle_buffer_bytes()), (0, 100));
         // Kept buffers are freed once unused for long enough.
         assert_eq!(budget.free_idle(Duration::from_secs(3600)), 0);
-        assert_eq!(budget.free_idle(Duration::ZERO), 60);
+        assert_eq!(budget.free_idle(Duration::ZERO), 100);
         assert_eq!(budget.idle_buffer_bytes(), 0);
+    }
+
+    #[test]
+    fn a_download_frees_kept_buffers_that_no_longer_fit_but_not_the_one_it_can_use() {
+        let budget = Arc::new(DownloadBudget::new(100));
+        let kept_30_and_50 = || {
+            let (a, b) = (
+                budget.acquire(30, Urgency::Prefetch),
+                budget.acquire(50, Urgency::Prefetch),
+            );
+            let (ba, bb) = (a.buffer(30), b.buffer(50));
+            drop((a, b, ba, bb));
+            assert_eq!(budget.idle_buffer_bytes(), 80);
+        };
+        kept_30_and_50();
+        // 60 taken: no kept buffer is large enough, and 60 + 80 > 100: the largest goes.
+        let p = budget.acquire(60, Urgency::Prefetch);
+        assert_eq!(budget.idle_buffer_bytes(), 30);
+        drop(p);
+        budget.free_idle(Duration::ZERO);
+        kept_30_and_50();
+        // 45 taken: the 50-byte buffer is the one it will fill; beside it the 30 fit.
+        let p = budget.acquire(45, Urgency::Prefetch);
+        assert_eq!(budget.idle_buffer_bytes(), 80);
+        let buf = p.buffer(45);
+        assert_eq!((buf.len(), budget.idle_buffer_bytes()), (45, 30));
     }
 
     #[test]
     fn buffers_of_an_unbounded_budget_or_of_none_are_not_kept() {
         let free = Arc::new(DownloadBudget::new(0));
-        drop(free.buffer(10));
-        assert_eq!(free.idle_buffer_bytes(), 0);
+        let p = free.acquire(10, Urgency::Demand);
+        drop(p.buffer(10));
+        assert_eq!((free.in_use(), free.idle_buffer_bytes()), (0, 0));
         let gone = Arc::new(DownloadBudget::new(100));
-        let b = gone.buffer(10);
+        let p = gone.acquire(10, Urgency::Demand);
+        let b = p.buffer(10);
+        drop(p);
         drop(gone);
         drop(b);
         let unkept = DownloadBuffer::unkept(5);

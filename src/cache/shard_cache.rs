@@ -946,14 +946,12 @@ impl ShardCache {
         } else {
             Urgency::Prefetch
         };
-        let _memory = self.downloads.acquire(size, urgency);
+        let memory = self.downloads.acquire(size, urgency);
         let _demand = crate::store::demand_scope(demand);
         let started = Instant::now();
-        let raw = self.dataset.fetch_shard_into(
-            shard,
-            self.opts.verify_attempts,
-            Some(&self.downloads),
-        )?;
+        let raw = self
+            .dataset
+            .fetch_shard_into(shard, self.opts.verify_attempts, Some(&memory))?;
         let fetched_in = started.elapsed();
         self.counters.fetch_latency.observe(fetched_in);
         if let Ok(h) = ShardHeader::parse(&raw) {
@@ -1016,8 +1014,14 @@ impl ShardCache {
             let Some(r) = sample_span(&header, i, raw.len()) else {
                 return false;
             };
-            self.memory
-                .put_sample(shard, i, Provenance::Verified, raw.slice(r));
+            // Copies: a slice would hold the download buffer, and with it the download
+            // budget, for as long as the tier keeps the sample.
+            self.memory.put_sample(
+                shard,
+                i,
+                Provenance::Verified,
+                Bytes::copy_from_slice(&raw[r]),
+            );
         }
         true
     }
