@@ -30,8 +30,9 @@ pub struct MountConfig {
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub cache_limit: Option<u64>,
     /// Most bytes of shards held in memory (default 256MiB, shared by all streams): shards
-    /// being downloaded take at most half, the memory tier of headers and samples in front of
-    /// the disk cache the rest. 0 turns the tier off (downloads then take 2 x
+    /// being downloaded take at most half (their buffers are kept for the next downloads within
+    /// that half, and freed after 30 s unused), the memory tier of headers and samples in front
+    /// of the disk cache the rest. 0 turns the tier off (downloads then take 2 x
     /// --fetch-concurrency x --fetch-part-size).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub memory_limit: Option<u64>,
