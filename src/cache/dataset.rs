@@ -6,6 +6,7 @@
 //! random access without downloading the shard.
 
 use super::download_budget::{DownloadBuffer, DownloadPermit};
+use super::etag_digest::{EtagDigest, Streamed};
 use super::stats::Counters;
 use super::CacheError;
 use crate::mds::{self, FileRef, Index, ShardEntry, ShardHeader};
@@ -361,9 +362,24 @@ impl Dataset {
                     })
                     .and_then(|len| {
                         let mut whole = buffer(len);
+                        // A shard without a hash is checked by its ETag: hashed while the
+                        // parts arrive.
+                        let mut digest = check.hashes.is_empty().then(|| {
+                            EtagDigest::new(
+                                stored.bytes,
+                                self.part_size.load(std::sync::atomic::Ordering::Relaxed),
+                            )
+                        });
                         self.store
-                            .get_in_parts(&key, &mut whole, self.fetch_part_size)
-                            .map(|tag| Download::Parts(whole, tag))
+                            .get_in_parts(&key, &mut whole, self.fetch_part_size, &mut |t, b| {
+                                if let Some(d) = digest.as_mut() {
+                                    d.update(t, b);
+                                }
+                            })
+                            .map(|tag| {
+                                let streamed = digest.map(EtagDigest::finish).unwrap_or_default();
+                                Download::Parts(whole, tag, streamed)
+                            })
                     }),
                 None => self.store.get_fetched(&key).map(Download::Whole),
             };
@@ -394,7 +410,7 @@ impl Dataset {
             if let Err(reason) = stored_ok {
                 last = reason;
                 failed(attempt, &last);
-                if let Download::Parts(whole, tag) = download {
+                if let Download::Parts(whole, tag, _) = download {
                     held = Some((whole, tag));
                 }
                 continue;
@@ -444,6 +460,7 @@ impl Dataset {
             md5: tag.0,
             multipart_md5: tag.1,
             store: store::StoreChecksums::default(),
+            streamed: Streamed::default(),
         };
         let repair = self.store.refetch_differing_parts(
             key,
@@ -471,7 +488,7 @@ impl Dataset {
             repaired = repair.verified,
             "fetched the parts of a damaged download again"
         );
-        Ok(Download::Parts(whole, tag))
+        Ok(Download::Parts(whole, tag, Streamed::default()))
     }
 
     /// The store's own check of a download of a shard index.json lists no hash for: its
@@ -503,7 +520,10 @@ impl Dataset {
             return sums.store.check(bytes);
         }
         if let Some(want) = sums.md5 {
-            let got: [u8; 16] = md5::Md5::digest(bytes).into();
+            let got: [u8; 16] = sums
+                .streamed
+                .md5
+                .unwrap_or_else(|| md5::Md5::digest(bytes).into());
             if got == want {
                 self.etags_are_md5.store(true, Relaxed);
                 return Ok(());
@@ -522,10 +542,14 @@ impl Dataset {
             let learned = self.part_size.load(Relaxed);
             // A repair checks many mixes of parts: against the part size this dataset's
             // ETags have shown, not every usual one (the full search follows the repair).
-            let matched = if strict && learned > 0 {
-                (multipart_md5_of(bytes, learned) == want).then_some(learned)
-            } else {
-                multipart_part_size(bytes, &want, parts, learned)
+            let streamed = sums.streamed.multipart;
+            let matched = match streamed {
+                // Computed while the parts arrived, with the learned or the usual size.
+                Some((p, got)) if got == want => Some(p),
+                _ if strict && learned > 0 => (streamed.map(|(p, _)| p) != Some(learned)
+                    && multipart_md5_of(bytes, learned) == want)
+                    .then_some(learned),
+                _ => multipart_part_size(bytes, &want, parts, learned),
             };
             if let Some(p) = matched {
                 self.part_size.store(p, Relaxed);
@@ -549,8 +573,9 @@ impl Dataset {
 /// One download of a stored shard file: made in parts into a download buffer, or whole by the
 /// store's client.
 enum Download {
-    /// Ranged parts written into a buffer of the download budget, and the ETag they agreed on.
-    Parts(DownloadBuffer, store::EtagMd5s),
+    /// Ranged parts written into a buffer of the download budget, the ETag they agreed on,
+    /// and its digest computed as they arrived (if it was).
+    Parts(DownloadBuffer, store::EtagMd5s, Streamed),
     /// One GET.
     Whole(store::Fetched),
 }
@@ -559,16 +584,18 @@ impl Download {
     /// What the store said about the bytes.
     fn sums(&self) -> TransferSums {
         match self {
-            Download::Parts(_, (md5, multipart_md5)) => TransferSums {
+            Download::Parts(_, (md5, multipart_md5), streamed) => TransferSums {
                 md5: *md5,
                 multipart_md5: *multipart_md5,
                 // Checksum headers of a range are not the object's.
                 store: store::StoreChecksums::default(),
+                streamed: *streamed,
             },
             Download::Whole(f) => TransferSums {
                 md5: f.md5,
                 multipart_md5: f.multipart_md5,
                 store: f.store_sums,
+                streamed: Streamed::default(),
             },
         }
     }
@@ -577,7 +604,7 @@ impl Download {
     /// reference is gone.
     fn freeze(self) -> Bytes {
         match self {
-            Download::Parts(buffer, _) => Bytes::from_owner(buffer),
+            Download::Parts(buffer, _, _) => Bytes::from_owner(buffer),
             Download::Whole(f) => f.bytes,
         }
     }
@@ -587,7 +614,7 @@ impl std::ops::Deref for Download {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match self {
-            Download::Parts(buffer, _) => buffer,
+            Download::Parts(buffer, _, _) => buffer,
             Download::Whole(f) => &f.bytes,
         }
     }
@@ -598,6 +625,8 @@ struct TransferSums {
     md5: Option<[u8; 16]>,
     multipart_md5: Option<([u8; 16], u32)>,
     store: store::StoreChecksums,
+    /// The ETag's digest as computed while the bytes arrived (saves hashing them again).
+    streamed: Streamed,
 }
 
 /// The answer two of three reads agree on, if any.

@@ -34,6 +34,7 @@
 mod dataset;
 mod download_budget;
 mod error;
+mod etag_digest;
 mod io;
 mod layout;
 mod memory;

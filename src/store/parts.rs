@@ -22,6 +22,11 @@ use futures::stream::{FuturesUnordered, StreamExt};
 /// as its bytes arrive. Returns the ETag-derived MD5s every part agreed on (a ranged answer's
 /// checksum headers are the range's, not the object's, and are not used).
 ///
+/// `in_order` sees the object's bytes in order while the download goes on: each part once,
+/// as soon as it and every part before it have arrived, with the ETag of the first part to
+/// arrive (a checksum can then run beside the download instead of after it). When the call
+/// fails, what `in_order` saw is void.
+///
 /// The caller owns the buffer, so a daemon can hand the same few shard-sized buffers from
 /// download to download instead of mapping fresh memory each time. Every byte of `whole` is
 /// written by a part or the call fails: a part that ends short is an error, never a gap
@@ -31,6 +36,7 @@ pub async fn get_in_parts(
     key: &ObjectKey,
     whole: &mut [u8],
     part_size: u64,
+    in_order: &mut dyn FnMut(&EtagMd5s, &[u8]),
 ) -> Result<EtagMd5s, StoreError> {
     let part_size = usize::try_from(part_size.max(1)).unwrap_or(usize::MAX);
     let mut agreed: Option<EtagMd5s> = None;
@@ -38,13 +44,20 @@ pub async fn get_in_parts(
     for (i, dest) in whole.chunks_mut(part_size).enumerate() {
         let at = i.saturating_mul(part_size);
         let range = at as u64..(at + dest.len()) as u64;
-        pending.push(async move { (at, store.get_part_into(key, range, dest).await) });
+        pending.push(async move {
+            let got = store.get_part_into(key, range, &mut *dest).await;
+            // The part's place comes back with its result: filled, it can be read.
+            (i, at, got.map(|tag| (tag, &*dest)))
+        });
     }
-    while let Some((at, part)) = pending.next().await {
-        let tag = part?;
-        match &agreed {
-            None => agreed = Some(tag),
-            Some(first) if *first == tag => {}
+    // Parts that arrived before one ahead of them, by index; `next` is the first not seen.
+    let mut arrived: Vec<Option<&[u8]>> = vec![None; pending.len()];
+    let mut next = 0;
+    while let Some((i, at, part)) = pending.next().await {
+        let (tag, bytes) = part?;
+        let first = match &agreed {
+            None => agreed.insert(tag),
+            Some(first) if *first == tag => first,
             Some(first) => {
                 return Err(StoreError::Changed {
                     url: store.url_of(key),
@@ -55,6 +68,13 @@ pub async fn get_in_parts(
                     ),
                 })
             }
+        };
+        if let Some(slot) = arrived.get_mut(i) {
+            *slot = Some(bytes);
+        }
+        while let Some(b) = arrived.get_mut(next).and_then(Option::take) {
+            in_order(first, b);
+            next += 1;
         }
     }
     Ok(agreed.unwrap_or((None, None)))
@@ -235,7 +255,13 @@ mod tests {
             let m = memory(len, usize::MAX);
             // Stale bytes from an earlier use of the buffer are all overwritten.
             let mut got = vec![0xee; len];
-            let tag = get_in_parts(&m, &key, &mut got, part).await.expect("get");
+            let mut seen = Vec::new();
+            let tag = get_in_parts(&m, &key, &mut got, part, &mut |_, b| {
+                seen.extend_from_slice(b)
+            })
+            .await
+            .expect("get");
+            assert_eq!(seen, m.data, "in order, each byte once");
             assert_eq!(got, m.data, "len {len} part {part}");
             assert_eq!(m.reads.load(Ordering::SeqCst), len.div_ceil(part as usize));
             assert_eq!(tag.0, if len == 0 { None } else { Some([0; 16]) });
@@ -247,7 +273,9 @@ mod tests {
         let key = ObjectKey::new("shard.00000.mds").expect("key");
         let m = memory(1000, 14);
         let mut whole = vec![0u8; 1000];
-        let tag = get_in_parts(&m, &key, &mut whole, 100).await.expect("get");
+        let tag = get_in_parts(&m, &key, &mut whole, 100, &mut |_, _| {})
+            .await
+            .expect("get");
         whole[350] ^= 1;
         let truth = m.data.clone();
         let mut checks = 0;
@@ -315,7 +343,7 @@ mod tests {
     async fn parts_of_two_versions_are_refused() {
         let key = ObjectKey::new("shard.00000.mds").expect("key");
         let m = memory(1000, 3);
-        let err = get_in_parts(&m, &key, &mut [0u8; 1000], 100)
+        let err = get_in_parts(&m, &key, &mut [0u8; 1000], 100, &mut |_, _| {})
             .await
             .expect_err("changed");
         assert!(matches!(err, StoreError::Changed { .. }), "{err}");
@@ -402,7 +430,7 @@ mod retry_tests {
         let store = ResilientStore::new(inner.clone(), &opts);
         let key = ObjectKey::new("shard.00000.mds").expect("key");
         let mut got = vec![0u8; 1000];
-        get_in_parts(&store, &key, &mut got, 300)
+        get_in_parts(&store, &key, &mut got, 300, &mut |_, _| {})
             .await
             .expect("get");
         assert_eq!(
