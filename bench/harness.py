@@ -158,12 +158,13 @@ def wait_for(cond, timeout, what):
 class Server:
     """The bench S3 server (bench/s3_server) over `root`, with the given link emulation."""
 
-    def __init__(self, procs, binary, root, latency_ms, bandwidth_mbps, logdir, name):
+    def __init__(self, procs, binary, root, latency_ms, bandwidth_mbps, logdir, name,
+                 etags="multipart"):
         self.out = open(os.path.join(logdir, f"{name}.out"), "w+")
         self.err = open(os.path.join(logdir, f"{name}.err"), "w")
         self.proc = procs.start(
             [binary, root, "--latency-ms", str(latency_ms), "--bandwidth-mbps",
-             str(bandwidth_mbps)], stdout=self.out, stderr=self.err)
+             str(bandwidth_mbps), "--etags", etags], stdout=self.out, stderr=self.err)
         self.endpoint = None
 
         def ready():
@@ -1035,6 +1036,11 @@ def parse_args(argv):
     ap.add_argument("--latency-ms", type=float, default=20.0)
     ap.add_argument("--bandwidth-mbps", type=float, default=800.0,
                     help="cap per TCP connection, megabits/s (0 = none)")
+    ap.add_argument("--etags", choices=("multipart", "md5", "opaque"), default="multipart",
+                    help="ETags the S3 server sends: multipart (default) as S3 gives shards "
+                         "uploaded by boto3 or the aws CLI (MDSWriter's uploads), which shardfs "
+                         "checks hashless shards against; md5 (single-part uploads); opaque (not "
+                         "an MD5, as with SSE-KMS: such shards get only size and structure checks)")
     ap.add_argument("--systems",
                     default="local,shardfs,streaming,s3fs,rclone,mountpoint,egress,jpeg")
     ap.add_argument("--ram-epochs", type=int, default=3,
@@ -1092,9 +1098,10 @@ def main(argv):
             # Before the servers start: they list their files once, at start.
             layout["jpeg"] = jpeg_dataset(args, venv_python, layout)
         result["dataset"] = {"params": layout["params"], "generated": layout["generated"]}
-        raw = Server(procs, bins["server"], layout["root"], 0, 0, workdir, "server-raw")
+        raw = Server(procs, bins["server"], layout["root"], 0, 0, workdir, "server-raw",
+                     args.etags)
         link = Server(procs, bins["server"], layout["root"], args.latency_ms,
-                      args.bandwidth_mbps, workdir, "server-link")
+                      args.bandwidth_mbps, workdir, "server-link", args.etags)
         log(f"raw server {raw.endpoint}; emulated link {link.endpoint} "
             f"({args.latency_ms} ms, {args.bandwidth_mbps} Mbit/s per connection)")
         conns = shardfs_connections(args.shardfs_arg)
