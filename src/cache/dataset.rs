@@ -14,7 +14,6 @@ use crate::store::{self, BlockingStore, ObjectKey, Source, StoreError, StoreOpti
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 use std::ops::Range;
-use std::sync::atomic::Ordering::Relaxed;
 use std::sync::Arc;
 
 /// The name of the index object at the dataset root.
@@ -60,9 +59,6 @@ pub struct Dataset {
     /// Some shard's ETag has matched the MD5 of its bytes: this store's ETags are MD5s, so a
     /// mismatch is damage, never an SSE-KMS/SSE-C ETag.
     etags_are_md5: std::sync::atomic::AtomicBool,
-    /// A multipart ETag matched last (not a plain MD5): the next download's parts are hashed
-    /// as they arrive.
-    etags_multipart: std::sync::atomic::AtomicBool,
     /// The part size that last matched a multipart ETag (0: none yet); tried first next time.
     part_size: std::sync::atomic::AtomicU64,
     /// Shards larger than this are downloaded as parallel ranged parts of this size (0: never).
@@ -158,7 +154,6 @@ impl Dataset {
             id,
             counters,
             etags_are_md5: std::sync::atomic::AtomicBool::new(false),
-            etags_multipart: std::sync::atomic::AtomicBool::new(false),
             part_size: std::sync::atomic::AtomicU64::new(0),
             fetch_part_size: StoreOptions::default().part_size,
         })
@@ -369,29 +364,18 @@ impl Dataset {
                         let mut whole = buffer(len);
                         // A shard without a hash is checked by its ETag: hashed while the
                         // parts arrive.
-                        let mut digest = check
-                            .hashes
-                            .is_empty()
-                            .then(|| EtagDigest::new(stored.bytes, self.part_size.load(Relaxed)));
-                        // Each part hashed as it arrives, when the ETags are multipart.
-                        let watchers = match digest.as_mut() {
-                            Some(d) if self.etags_multipart.load(Relaxed) => {
-                                d.watchers(self.fetch_part_size)
-                            }
-                            _ => Vec::new(),
-                        };
-                        self.store
-                            .get_in_parts(
-                                &key,
-                                &mut whole,
-                                self.fetch_part_size,
-                                &mut |t, b| {
-                                    if let Some(d) = digest.as_mut() {
-                                        d.update(t, b);
-                                    }
-                                },
-                                watchers,
+                        let mut digest = check.hashes.is_empty().then(|| {
+                            EtagDigest::new(
+                                stored.bytes,
+                                self.part_size.load(std::sync::atomic::Ordering::Relaxed),
                             )
+                        });
+                        self.store
+                            .get_in_parts(&key, &mut whole, self.fetch_part_size, &mut |t, b| {
+                                if let Some(d) = digest.as_mut() {
+                                    d.update(t, b);
+                                }
+                            })
                             .map(|tag| {
                                 let streamed = digest.map(EtagDigest::finish).unwrap_or_default();
                                 Download::Parts(whole, tag, streamed)
@@ -542,7 +526,6 @@ impl Dataset {
                 .unwrap_or_else(|| md5::Md5::digest(bytes).into());
             if got == want {
                 self.etags_are_md5.store(true, Relaxed);
-                self.etags_multipart.store(false, Relaxed);
                 return Ok(());
             }
             if agreed_with_previous(got) {
@@ -571,7 +554,6 @@ impl Dataset {
             if let Some(p) = matched {
                 self.part_size.store(p, Relaxed);
                 self.etags_are_md5.store(true, Relaxed);
-                self.etags_multipart.store(true, Relaxed);
                 return Ok(());
             }
             let got: [u8; 16] = md5::Md5::digest(bytes).into();

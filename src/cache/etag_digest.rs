@@ -10,16 +10,9 @@
 //! A multipart ETag can only be computed ahead when the upload's part size is known: the one
 //! that matched this dataset's ETags before, else the usual 8 MiB. When it is not that
 //! size, the check after the download searches the others (see `multipart_part_size`).
-//!
-//! The parts of a download arrive side by side and land together, so hashing them in order
-//! still leaves most of the work for after the last byte. A multipart ETag's parts are
-//! hashed on their own, though: when the download's parts are the upload's (same size, the
-//! usual 8 MiB both), each part's MD5 is computed as its bytes arrive ([`EtagDigest::watchers`])
-//! and the digest only combines them.
 
-use crate::store::{EtagMd5s, PartWatcher};
+use crate::store::EtagMd5s;
 use md5::{Digest, Md5};
-use std::sync::{Arc, Mutex};
 
 /// The part size uploaders use by default (aws CLI, boto3), tried when none matched yet.
 const DEFAULT_UPLOAD_PART: u64 = 8 << 20;
@@ -28,40 +21,7 @@ const DEFAULT_UPLOAD_PART: u64 = 8 << 20;
 pub struct EtagDigest {
     len: u64,
     learned_part: u64,
-    /// MD5s of the download's parts, computed as they arrived (when watched).
-    watched: Option<WatchedParts>,
-    /// Parts fed so far.
-    fed: usize,
     state: State,
-}
-
-/// The download's parts, each hashed as its bytes arrive.
-struct WatchedParts {
-    part: u64,
-    md5s: Arc<Vec<Mutex<PartMd5>>>,
-}
-
-/// The MD5 of one part's bytes as seen so far.
-struct PartMd5 {
-    md5: Md5,
-    /// Bytes hashed, or `None` once bytes were shown out of order (until a restart at 0).
-    seen: Option<usize>,
-}
-
-impl PartMd5 {
-    fn see(&mut self, at: usize, bytes: &[u8]) {
-        if at == 0 {
-            self.md5 = Md5::new();
-            self.seen = Some(0);
-        }
-        match self.seen {
-            Some(n) if n == at => {
-                self.md5.update(bytes);
-                self.seen = Some(n + bytes.len());
-            }
-            _ => self.seen = None,
-        }
-    }
 }
 
 enum State {
@@ -96,60 +56,8 @@ impl EtagDigest {
         Self {
             len,
             learned_part,
-            watched: None,
-            fed: 0,
             state: State::Undecided,
         }
-    }
-
-    /// Watchers for a download in parts of `fetch_part` bytes, when those can be the parts
-    /// of a multipart upload (the learned upload part size, else the usual one): each hashes
-    /// its part as it arrives. Worth it only when the ETag is expected to be multipart (if it
-    /// is a plain MD5 instead, the object is hashed again in order). Empty when the sizes
-    /// differ.
-    pub fn watchers(&mut self, fetch_part: u64) -> Vec<PartWatcher> {
-        let upload_part = if self.learned_part > 0 {
-            self.learned_part
-        } else {
-            DEFAULT_UPLOAD_PART
-        };
-        if fetch_part != upload_part || fetch_part == 0 {
-            return Vec::new();
-        }
-        let n = usize::try_from(self.len.div_ceil(fetch_part)).unwrap_or(0);
-        let md5s: Arc<Vec<Mutex<PartMd5>>> = Arc::new(
-            (0..n)
-                .map(|_| {
-                    Mutex::new(PartMd5 {
-                        md5: Md5::new(),
-                        seen: None,
-                    })
-                })
-                .collect(),
-        );
-        self.watched = Some(WatchedParts {
-            part: fetch_part,
-            md5s: md5s.clone(),
-        });
-        (0..n)
-            .map(|i| {
-                let md5s = md5s.clone();
-                Box::new(move |at: usize, bytes: &[u8]| {
-                    if let Some(m) = md5s.get(i) {
-                        m.lock().unwrap_or_else(|p| p.into_inner()).see(at, bytes);
-                    }
-                }) as PartWatcher
-            })
-            .collect()
-    }
-
-    /// The MD5 of download part `i` of `len` bytes, if its watcher saw exactly those bytes
-    /// and the parts are the upload's parts of `upload_part` bytes.
-    fn watched_md5(&self, i: usize, len: usize, upload_part: u64) -> Option<[u8; 16]> {
-        let w = self.watched.as_ref().filter(|w| w.part == upload_part)?;
-        let m = w.md5s.get(i)?;
-        let m = m.lock().unwrap_or_else(|p| p.into_inner());
-        (m.seen == Some(len)).then(|| m.md5.clone().finalize().into())
     }
 
     /// Feeds the object's next `bytes` (in order, each once); `tag` is the ETag the
@@ -157,22 +65,6 @@ impl EtagDigest {
     pub fn update(&mut self, tag: &EtagMd5s, bytes: &[u8]) {
         if let State::Undecided = self.state {
             self.state = self.decide(tag);
-        }
-        let i = self.fed;
-        self.fed += 1;
-        // A part hashed while it arrived, which is an upload part of its own.
-        if let State::Multipart {
-            part, in_current, ..
-        } = &self.state
-        {
-            if *in_current == 0 {
-                if let Some(md5) = self.watched_md5(i, bytes.len(), *part) {
-                    if let State::Multipart { outer, .. } = &mut self.state {
-                        outer.update(md5);
-                    }
-                    return;
-                }
-            }
         }
         match &mut self.state {
             State::Plain(h) => h.update(bytes),
@@ -313,53 +205,5 @@ mod tests {
         // No ETag MD5 at all: nothing.
         let got = fed(EtagDigest::new(10, 0), &(None, None), &object(10), 3);
         assert_eq!(got, Streamed::default());
-    }
-
-    /// The multipart ETag digest of `bytes` with parts of `part` bytes.
-    fn multipart(bytes: &[u8], part: usize) -> [u8; 16] {
-        let mut outer = Md5::new();
-        for p in bytes.chunks(part) {
-            outer.update(Md5::digest(p));
-        }
-        outer.finalize().into()
-    }
-
-    #[test]
-    fn parts_hashed_as_they_arrive_give_the_multipart_digest_whatever_their_watchers_saw() {
-        let part = 1000usize;
-        let bytes = object(3_500);
-        let want = multipart(&bytes, part);
-        let tag = (None, Some(([2; 16], 4)));
-        let mut d = EtagDigest::new(3_500, part as u64);
-        let mut watchers = d.watchers(part as u64);
-        assert_eq!(watchers.len(), 4);
-        let parts: Vec<&[u8]> = bytes.chunks(part).collect();
-        // Part 0 in two pieces; part 1 first damaged, then shown again from 0 after a
-        // retry; part 2 with a gap (its watcher gives up: hashed in order instead); part 3
-        // never shown (hashed in order).
-        watchers[0](0, &parts[0][..400]);
-        watchers[0](400, &parts[0][400..]);
-        let mut damaged = parts[1].to_vec();
-        damaged[7] ^= 1;
-        watchers[1](0, &damaged);
-        watchers[1](0, &parts[1][..10]);
-        watchers[1](10, &parts[1][10..]);
-        watchers[2](0, &parts[2][..100]);
-        watchers[2](200, &parts[2][200..]);
-        drop(watchers);
-        // Parts 0 and 1 come from their watchers: the bytes fed in order are not hashed
-        // again (zeros here, to show it); parts 2 and 3 are hashed from them.
-        for (i, p) in parts.iter().enumerate() {
-            let fed = if i < 2 { vec![0; p.len()] } else { p.to_vec() };
-            d.update(&tag, &fed);
-        }
-        assert_eq!(d.finish().multipart, Some((part as u64, want)));
-    }
-
-    #[test]
-    fn parts_of_another_size_than_the_upload_s_are_not_watched() {
-        let mut d = EtagDigest::new(10 << 20, 0);
-        assert!(d.watchers(4 << 20).is_empty(), "the upload's parts are 8 MiB");
-        assert_eq!(d.watchers(8 << 20).len(), 2);
     }
 }

@@ -431,19 +431,6 @@ impl Store for ObjectStoreBackend {
         dest: &'a mut [u8],
     ) -> StoreFuture<'a, super::EtagMd5s> {
         Box::pin(async move {
-            self.get_part_into_seen(key, range, dest, &mut |_, _| {})
-                .await
-        })
-    }
-
-    fn get_part_into_seen<'a>(
-        &'a self,
-        key: &'a ObjectKey,
-        range: Range<u64>,
-        dest: &'a mut [u8],
-        seen: &'a mut (dyn FnMut(usize, &[u8]) + Send),
-    ) -> StoreFuture<'a, super::EtagMd5s> {
-        Box::pin(async move {
             let url = self.url_of(key);
             if range.start >= range.end {
                 return Ok((None, None));
@@ -467,7 +454,6 @@ impl Store for ObjectStoreBackend {
                     });
                 };
                 slot.copy_from_slice(&chunk);
-                seen(at, slot);
                 at = end;
             }
             if at != dest.len() {

@@ -97,7 +97,6 @@ impl BlockingStore {
         whole: &mut [u8],
         part_size: u64,
         in_order: &mut dyn FnMut(&super::EtagMd5s, &[u8]),
-        watchers: Vec<super::PartWatcher>,
     ) -> Result<super::EtagMd5s, StoreError> {
         // The future runs on this thread (block_on), so `in_order` does too: a checksum fed
         // by it uses the thread that waits for the download anyway.
@@ -107,7 +106,6 @@ impl BlockingStore {
             whole,
             part_size,
             in_order,
-            watchers,
         ))
     }
 

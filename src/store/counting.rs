@@ -137,24 +137,6 @@ impl Store for CountingStore {
         })
     }
 
-    fn get_part_into_seen<'a>(
-        &'a self,
-        key: &'a ObjectKey,
-        range: Range<u64>,
-        dest: &'a mut [u8],
-        seen: &'a mut (dyn FnMut(usize, &[u8]) + Send),
-    ) -> StoreFuture<'a, super::EtagMd5s> {
-        Box::pin(async move {
-            self.bump(key.as_str(), |c| c.range_gets += 1);
-            let tags = self
-                .inner
-                .get_part_into_seen(key, range, &mut *dest, seen)
-                .await?;
-            self.bump(key.as_str(), |c| c.bytes += dest.len() as u64);
-            Ok(tags)
-        })
-    }
-
     fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
         Box::pin(async move {
             self.bump(prefix.map(|p| p.as_str()).unwrap_or(""), |c| c.lists += 1);

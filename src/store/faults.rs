@@ -238,40 +238,6 @@ impl Store for FaultyStore {
         })
     }
 
-    fn get_part_into_seen<'a>(
-        &'a self,
-        key: &'a ObjectKey,
-        range: Range<u64>,
-        dest: &'a mut [u8],
-        seen: &'a mut (dyn FnMut(usize, &[u8]) + Send),
-    ) -> StoreFuture<'a, super::EtagMd5s> {
-        Box::pin(async move {
-            match self.next_fault(key).await {
-                Outcome::Pass => self.inner.get_part_into_seen(key, range, dest, seen).await,
-                Outcome::Fail(e) => Err(e),
-                Outcome::Damage(Fault::Truncate) => {
-                    self.inner.get_part_into(key, range, &mut *dest).await?;
-                    Err(StoreError::ShortBody {
-                        url: self.inner.url_of(key),
-                        expected: dest.len() as u64,
-                        got: dest.len() as u64 / 2,
-                    })
-                }
-                // The damage is done after the inner store wrote the bytes: the damaged
-                // bytes are shown from 0, as the contract asks.
-                Outcome::Damage(_) => {
-                    let tags = self.inner.get_part_into(key, range, &mut *dest).await?;
-                    let mid = dest.len() / 2;
-                    if let Some(byte) = dest.get_mut(mid) {
-                        *byte ^= 0x5a;
-                    }
-                    seen(0, dest);
-                    Ok(tags)
-                }
-            }
-        })
-    }
-
     fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
         self.inner.list(prefix)
     }

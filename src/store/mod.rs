@@ -48,7 +48,7 @@ pub use error::{StoreError, TransientKind};
 pub use faults::{Fault, FaultyStore};
 pub use key::ObjectKey;
 pub use options::{StaticCredentials, StoreOptions};
-pub use parts::{get_in_parts, refetch_differing_parts, PartRepair, PartWatcher};
+pub use parts::{get_in_parts, refetch_differing_parts, PartRepair};
 pub use resilient::ResilientStore;
 pub use source::{Source, SourceKind};
 pub use urgency::{demand_scope, DemandScope};
@@ -140,24 +140,6 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
             }
             dest.copy_from_slice(&bytes);
             Ok((None, None))
-        })
-    }
-    /// [`Store::get_part_into`], showing the bytes to `seen` as they are written: `seen(at,
-    /// bytes)` for the bytes now at `dest[at..]`, in order. An attempt that starts again
-    /// (a retry) starts again at 0, and bytes changed after they were shown are shown again
-    /// from 0; so when the call succeeds, the calls since the last one at 0 showed exactly the
-    /// final `dest`. By default `dest` is shown whole once it is filled.
-    fn get_part_into_seen<'a>(
-        &'a self,
-        key: &'a ObjectKey,
-        range: Range<u64>,
-        dest: &'a mut [u8],
-        seen: &'a mut (dyn FnMut(usize, &[u8]) + Send),
-    ) -> StoreFuture<'a, EtagMd5s> {
-        Box::pin(async move {
-            let tags = self.get_part_into(key, range, &mut *dest).await?;
-            seen(0, dest);
-            Ok(tags)
         })
     }
     /// Every object under `prefix` (all of the dataset when `None`), in no particular order.

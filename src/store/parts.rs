@@ -27,9 +27,6 @@ use futures::stream::{FuturesUnordered, StreamExt};
 /// arrive (a checksum can then run beside the download instead of after it). When the call
 /// fails, what `in_order` saw is void.
 ///
-/// `watchers[i]`, if given, sees part `i`'s bytes as they are written (see
-/// [`Store::get_part_into_seen`]): a checksum of each part can run while the parts download.
-///
 /// The caller owns the buffer, so a daemon can hand the same few shard-sized buffers from
 /// download to download instead of mapping fresh memory each time. Every byte of `whole` is
 /// written by a part or the call fails: a part that ends short is an error, never a gap
@@ -40,25 +37,15 @@ pub async fn get_in_parts(
     whole: &mut [u8],
     part_size: u64,
     in_order: &mut dyn FnMut(&EtagMd5s, &[u8]),
-    watchers: Vec<PartWatcher>,
 ) -> Result<EtagMd5s, StoreError> {
     let part_size = usize::try_from(part_size.max(1)).unwrap_or(usize::MAX);
     let mut agreed: Option<EtagMd5s> = None;
     let mut pending = FuturesUnordered::new();
-    let mut watchers = watchers.into_iter();
     for (i, dest) in whole.chunks_mut(part_size).enumerate() {
         let at = i.saturating_mul(part_size);
         let range = at as u64..(at + dest.len()) as u64;
-        let watcher = watchers.next();
         pending.push(async move {
-            let got = match watcher {
-                Some(mut w) => {
-                    store
-                        .get_part_into_seen(key, range, &mut *dest, &mut *w)
-                        .await
-                }
-                None => store.get_part_into(key, range, &mut *dest).await,
-            };
+            let got = store.get_part_into(key, range, &mut *dest).await;
             // The part's place comes back with its result: filled, it can be read.
             (i, at, got.map(|tag| (tag, &*dest)))
         });
@@ -92,10 +79,6 @@ pub async fn get_in_parts(
     }
     Ok(agreed.unwrap_or((None, None)))
 }
-
-/// Sees the bytes of one part as they arrive: `(offset in the part, bytes)`, from 0 again when
-/// the part starts again.
-pub type PartWatcher = Box<dyn FnMut(usize, &[u8]) + Send>;
 
 /// What [`refetch_differing_parts`] did to a held download.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -273,14 +256,9 @@ mod tests {
             // Stale bytes from an earlier use of the buffer are all overwritten.
             let mut got = vec![0xee; len];
             let mut seen = Vec::new();
-            let tag = get_in_parts(
-                &m,
-                &key,
-                &mut got,
-                part,
-                &mut |_, b| seen.extend_from_slice(b),
-                Vec::new(),
-            )
+            let tag = get_in_parts(&m, &key, &mut got, part, &mut |_, b| {
+                seen.extend_from_slice(b)
+            })
             .await
             .expect("get");
             assert_eq!(seen, m.data, "in order, each byte once");
@@ -295,7 +273,7 @@ mod tests {
         let key = ObjectKey::new("shard.00000.mds").expect("key");
         let m = memory(1000, 14);
         let mut whole = vec![0u8; 1000];
-        let tag = get_in_parts(&m, &key, &mut whole, 100, &mut |_, _| {}, Vec::new())
+        let tag = get_in_parts(&m, &key, &mut whole, 100, &mut |_, _| {})
             .await
             .expect("get");
         whole[350] ^= 1;
@@ -365,7 +343,7 @@ mod tests {
     async fn parts_of_two_versions_are_refused() {
         let key = ObjectKey::new("shard.00000.mds").expect("key");
         let m = memory(1000, 3);
-        let err = get_in_parts(&m, &key, &mut [0u8; 1000], 100, &mut |_, _| {}, Vec::new())
+        let err = get_in_parts(&m, &key, &mut [0u8; 1000], 100, &mut |_, _| {})
             .await
             .expect_err("changed");
         assert!(matches!(err, StoreError::Changed { .. }), "{err}");
@@ -452,7 +430,7 @@ mod retry_tests {
         let store = ResilientStore::new(inner.clone(), &opts);
         let key = ObjectKey::new("shard.00000.mds").expect("key");
         let mut got = vec![0u8; 1000];
-        get_in_parts(&store, &key, &mut got, 300, &mut |_, _| {}, Vec::new())
+        get_in_parts(&store, &key, &mut got, 300, &mut |_, _| {})
             .await
             .expect("get");
         assert_eq!(

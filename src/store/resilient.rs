@@ -206,30 +206,6 @@ impl Store for ResilientStore {
         })
     }
 
-    fn get_part_into_seen<'a>(
-        &'a self,
-        key: &'a ObjectKey,
-        range: Range<u64>,
-        dest: &'a mut [u8],
-        seen: &'a mut (dyn FnMut(usize, &[u8]) + Send),
-    ) -> StoreFuture<'a, super::EtagMd5s> {
-        Box::pin(async move {
-            // As `get_part_into`; every attempt shows its bytes from 0 again.
-            let start = Instant::now();
-            let mut attempt: u32 = 0;
-            loop {
-                attempt += 1;
-                let request =
-                    self.inner
-                        .get_part_into_seen(key, range.clone(), &mut *dest, &mut *seen);
-                match self.attempt(key, request).await {
-                    Ok(v) => return Ok(self.succeeded(key, attempt, v)),
-                    Err(e) => tokio::time::sleep(self.after_failure(e, attempt, start)?).await,
-                }
-            }
-        })
-    }
-
     fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
         // A listing has no single key; report errors against the prefix (or the root).
         Box::pin(async move {
