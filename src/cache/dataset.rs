@@ -220,27 +220,42 @@ impl Dataset {
                 reason: format!("index.json says {} samples, which need a {len}-byte header, but the shard has {} bytes", entry.samples, entry.raw.bytes),
             });
         }
-        let (a, b) = self.store.get_range_twice(&key, 0..len);
-        let (a, b) = (a?, b?);
-        Counters::add(&self.counters.bytes_fetched, (a.len() + b.len()) as u64);
-        Counters::add(&self.counters.ranged_fetches, 2);
-        let bytes = if a == b {
-            a
-        } else {
-            let c = self.store.get_range(&key, 0..len)?;
-            Counters::add(&self.counters.bytes_fetched, c.len() as u64);
-            Counters::add(&self.counters.ranged_fetches, 1);
-            tracing::warn!(shard, file = %url, "two reads of a shard header differed; a third decides");
-            majority(a, b, c).ok_or_else(|| CacheError::Corrupt {
-                shard,
-                file: url.clone(),
-                reason: "three ranged reads of the header gave three different answers".into(),
-            })?
-        };
+        let bytes = self.range_by_majority(shard, &key, 0..len, "header")?;
         check_header(shard, &url, entry, &bytes)
     }
 
-    /// Bytes `range` of an uncompressed shard, by a ranged GET.
+    /// Bytes `range` of `key` read twice at once and compared; when they differ a third
+    /// read settles which one was damaged (two of three must agree). For ranged bytes no
+    /// checksum covers (`what` names them in the messages).
+    fn range_by_majority(
+        &self,
+        shard: usize,
+        key: &ObjectKey,
+        range: Range<u64>,
+        what: &str,
+    ) -> Result<Bytes, CacheError> {
+        let (a, b) = self.store.get_range_twice(key, range.clone());
+        let (a, b) = (a?, b?);
+        Counters::add(&self.counters.bytes_fetched, (a.len() + b.len()) as u64);
+        Counters::add(&self.counters.ranged_fetches, 2);
+        if a == b {
+            return Ok(a);
+        }
+        let url = self.store.url_of(key);
+        let c = self.store.get_range(key, range)?;
+        Counters::add(&self.counters.bytes_fetched, c.len() as u64);
+        Counters::add(&self.counters.ranged_fetches, 1);
+        tracing::warn!(shard, file = %url, "two reads of a shard {what} differed; a third decides");
+        majority(a, b, c).ok_or_else(|| CacheError::Corrupt {
+            shard,
+            file: url,
+            reason: format!("three ranged reads of the {what} gave three different answers"),
+        })
+    }
+
+    /// Bytes `range` of an uncompressed shard (a sample), by ranged GETs: read twice at once
+    /// and compared, a third read deciding when they differ, since no checksum covers a range
+    /// and these bytes size files or are printed (`shardfs cat`).
     pub fn fetch_range(&self, shard: usize, range: Range<u64>) -> Result<Bytes, CacheError> {
         let (key, entry) = self.raw_key(shard)?;
         if range.end > entry.raw.bytes || range.start > range.end {
@@ -253,10 +268,7 @@ impl Dataset {
                 ),
             });
         }
-        let bytes = self.store.get_range(&key, range)?;
-        Counters::add(&self.counters.bytes_fetched, bytes.len() as u64);
-        Counters::add(&self.counters.ranged_fetches, 1);
-        Ok(bytes)
+        self.range_by_majority(shard, &key, range, "sample")
     }
 
     /// True when the dataset is on a local file system, where reading a whole shard (and so
