@@ -354,45 +354,15 @@ impl Dataset {
             Counters::add(&self.counters.verify_failures, 1);
             tracing::warn!(shard, url = %url, attempt, reason, "downloaded shard failed verification");
         };
-        let buffer = |len: usize| match permit {
-            Some(p) => p.buffer(len),
-            None => DownloadBuffer::unkept(len),
-        };
         // The last download in parts that failed its check, kept to be repaired.
         let mut held: Option<(DownloadBuffer, store::EtagMd5s)> = None;
         for attempt in 1..=downloads {
             let repairing = held.is_some();
             let fetched = match held.take() {
                 Some((whole, tag)) => self.repair(shard, &key, &check, whole, tag),
-                None if in_parts => usize::try_from(stored.bytes)
-                    .map_err(|_| StoreError::Other {
-                        url: url.clone(),
-                        detail: format!(
-                            "{} bytes do not fit in memory on this machine",
-                            stored.bytes
-                        ),
-                    })
-                    .and_then(|len| {
-                        let mut whole = buffer(len);
-                        // A shard without a hash is checked by its ETag: hashed while the
-                        // parts arrive.
-                        let mut digest = check.hashes.is_empty().then(|| {
-                            EtagDigest::new(
-                                stored.bytes,
-                                self.part_size.load(std::sync::atomic::Ordering::Relaxed),
-                            )
-                        });
-                        self.store
-                            .get_in_parts(&key, &mut whole, self.fetch_part_size, &mut |t, b| {
-                                if let Some(d) = digest.as_mut() {
-                                    d.update(t, b);
-                                }
-                            })
-                            .map(|tag| {
-                                let streamed = digest.map(EtagDigest::finish).unwrap_or_default();
-                                Download::Parts(whole, tag, streamed)
-                            })
-                    }),
+                None if in_parts => {
+                    self.download_in_parts(&key, stored.bytes, check.hashes.is_empty(), permit)
+                }
                 None => self.store.get_fetched(&key).map(Download::Whole),
             };
             let download = match fetched {
@@ -454,6 +424,41 @@ impl Dataset {
             file: url,
             reason: format!("{last} (after {downloads} downloads)"),
         })
+    }
+
+    /// `key` (`size` bytes) as parallel ranged parts, into a buffer of `permit` (else fresh
+    /// memory). A `hashless` shard is checked by its ETag, whose MD5 is computed while the
+    /// parts arrive.
+    fn download_in_parts(
+        &self,
+        key: &ObjectKey,
+        size: u64,
+        hashless: bool,
+        permit: Option<&DownloadPermit>,
+    ) -> Result<Download, StoreError> {
+        let len = usize::try_from(size).map_err(|_| StoreError::Other {
+            url: self.store.url_of(key),
+            detail: format!("{size} bytes do not fit in memory on this machine"),
+        })?;
+        let mut whole = match permit {
+            Some(p) => p.buffer(len),
+            None => DownloadBuffer::unkept(len),
+        };
+        let mut digest = hashless.then(|| {
+            EtagDigest::new(
+                size,
+                self.part_size.load(std::sync::atomic::Ordering::Relaxed),
+            )
+        });
+        let tag = self
+            .store
+            .get_in_parts(key, &mut whole, self.fetch_part_size, &mut |t, b| {
+                if let Some(d) = digest.as_mut() {
+                    d.update(t, b);
+                }
+            })?;
+        let streamed = digest.map(EtagDigest::finish).unwrap_or_default();
+        Ok(Download::Parts(whole, tag, streamed))
     }
 
     /// One more attempt at a shard whose download in parts (`whole`, with the ETag `tag` its
