@@ -30,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -42,6 +43,17 @@ def rss_kb(pid):
         with open(f"/proc/{pid}/status") as f:
             for line in f:
                 if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def threads(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("Threads:"):
                     return int(line.split()[1])
     except OSError:
         pass
@@ -336,13 +348,26 @@ def run(args, bins, procs, work):
                for i in range(args.readers)]
     for w in workers:
         w.start()
-    samples, kinds, counters = [], [], []
+    # The daemon's RSS, fds and threads every second from a thread of their own: /proc reads
+    # take microseconds, while status.json (read below for the buffers and counters) waits
+    # behind the readers' requests, and an uneven sampling would weigh some moments more.
+    samples, buffer_samples, kinds, counters = [], [], [], []
+
+    def sample_proc():
+        while time.time() < deadline:
+            samples.append((time.time() - start, rss_kb(m.pid), fds(m.pid), threads(m.pid)))
+            time.sleep(1)
+    sampler = threading.Thread(target=sample_proc, daemon=True)
+    sampler.start()
     while time.time() < deadline:
-        samples.append((time.time() - start, rss_kb(m.pid), fds(m.pid), buffer_kb(mnt)))
-        if len(samples) % 10 == 0:
+        # RSS read right after the buffers, so the two describe the same moment.
+        buffers = buffer_kb(mnt)
+        buffer_samples.append((time.time() - start, rss_kb(m.pid), buffers))
+        if len(buffer_samples) % 10 == 0:
             kinds.append(fd_kinds(m.pid))
             counters.append((time.time() - start, cache_counters(mnt)))
         time.sleep(1)
+    sampler.join()
     results = [out.get(timeout=120) for _ in workers]
     for w in workers:
         w.join(30)
@@ -352,7 +377,7 @@ def run(args, bins, procs, work):
         xs = [s for s in samples if lo <= s[0] < hi]
         if not xs:
             return {"rss_mb": None, "fds": None, "rss_outside_buffers_mb": None}
-        rest = [s[1] - s[3] for s in xs if s[3] is not None]
+        rest = [r - b for t, r, b in buffer_samples if lo <= t < hi and b is not None]
         return {"rss_mb": round(sum(s[1] for s in xs) / len(xs) / 1024, 1),
                 "fds": round(sum(s[2] for s in xs) / len(xs), 1),
                 # RSS less what the memory tier and the downloads held at that moment.
@@ -393,6 +418,10 @@ def run(args, bins, procs, work):
             window(60 * k, 60 * (k + 1))["rss_outside_buffers_mb"]
             for k in range(int(elapsed // 60) + 1)],
         "rss_mb_max": round(max((x[1] for x in samples), default=0) / 1024, 1),
+        "threads_per_minute": [max((s[3] for s in samples if 60 * k <= s[0] < 60 * (k + 1)),
+                                   default=None) for k in range(int(elapsed // 60) + 1)],
+        # Every second's sample: seconds, RSS MB, open fds, threads.
+        "samples": [[round(t, 1), round(r / 1024, 1), n, th] for t, r, n, th in samples],
         # The cache's work in each minute: downloads, hits, evictions, rejected transfers.
         "cache_per_minute": counters_per_minute(counters, int(elapsed // 60) + 1),
         "fds_max": max((x[2] for x in samples), default=0),
