@@ -100,6 +100,110 @@ fn every_fixture_sample_reads_back_through_s3_and_the_cache() {
     }
 }
 
+/// Pages of `path` in the page cache (mincore(2) over a mapping of the whole file).
+fn pages_in_page_cache(path: &Path) -> usize {
+    use std::os::fd::AsRawFd;
+    let f = std::fs::File::open(path).unwrap();
+    let len = f.metadata().unwrap().len() as usize;
+    if len == 0 {
+        return 0;
+    }
+    // SAFETY: a private read-only mapping of an open file, unmapped before returning;
+    // mincore writes one byte per page into `vec`, which holds that many.
+    unsafe {
+        let at = libc::mmap(
+            std::ptr::null_mut(),
+            len,
+            libc::PROT_READ,
+            libc::MAP_SHARED,
+            f.as_raw_fd(),
+            0,
+        );
+        assert_ne!(at, libc::MAP_FAILED);
+        let mut vec = vec![0u8; len.div_ceil(4096)];
+        assert_eq!(libc::mincore(at, len, vec.as_mut_ptr()), 0);
+        libc::munmap(at, len);
+        vec.iter().filter(|&&b| b & 1 == 1).count()
+    }
+}
+
+/// Every regular file under `dir`, recursively.
+fn files_under(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap() {
+        let p = e.unwrap().path();
+        if p.is_dir() {
+            out.extend(files_under(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
+}
+
+#[test]
+fn shards_downloaded_in_parts_are_cached_and_read_past_the_page_cache() {
+    // Direct I/O is the default where the cache folder's file system takes it: a shard
+    // downloaded in parts (into an aligned buffer) is written with O_DIRECT, and samples are
+    // read back with O_DIRECT, so none of the cached file's pages sit in the page cache.
+    let moto = moto();
+    let ds = fixtures().join("mds/basic");
+    moto.upload_dir("cache-direct", "basic", &ds);
+    let store = shardfs::store::StoreOptions {
+        part_size: 16 << 10,
+        ..s3_options(&moto.endpoint)
+    };
+    for direct_io in [true, false] {
+        let tmp = tempfile::tempdir().unwrap();
+        let dataset = Arc::new(Dataset::load("s3://cache-direct/basic", &store).unwrap());
+        let cache = ShardCache::open(
+            dataset,
+            CacheOptions {
+                memory_limit: 0,
+                direct_io,
+                ..opts(tmp.path())
+            },
+        )
+        .unwrap();
+        check_every_sample(&cache, &ds);
+        let backend = cache.stats().io_backend;
+        if !direct_io {
+            assert_ne!(backend, "pread-direct");
+            continue;
+        }
+        if backend != "pread-direct" {
+            eprintln!(
+                "{}: no direct I/O on this file system; nothing more to check",
+                tmp.path().display()
+            );
+            return;
+        }
+        let shard_files: Vec<_> = files_under(tmp.path())
+            .into_iter()
+            .filter(|p| p.components().any(|c| c.as_os_str() == "shards"))
+            .collect();
+        assert!(!shard_files.is_empty());
+        let big = shard_files
+            .iter()
+            .filter(|p| std::fs::metadata(p).unwrap().len() > 16 << 10)
+            .count();
+        assert!(
+            big > 0,
+            "no shard large enough to come in parts: {shard_files:?}"
+        );
+        for p in &shard_files {
+            if std::fs::metadata(p).unwrap().len() > 16 << 10 {
+                assert_eq!(
+                    pages_in_page_cache(p),
+                    0,
+                    "{} is in the page cache",
+                    p.display()
+                );
+            }
+        }
+    }
+}
+
 #[test]
 fn every_fixture_sample_reads_back_from_local_sources_with_both_io_backends() {
     for (n, io) in [IoMode::Pread, IoMode::Auto, IoMode::Uring]
@@ -119,6 +223,8 @@ fn every_fixture_sample_reads_back_from_local_sources_with_both_io_backends() {
                 CacheOptions {
                     io,
                     memory_limit: 0,
+                    // The io backends read through the page cache.
+                    direct_io: false,
                     ..opts(tmp.path())
                 },
             ) {
@@ -1741,7 +1847,12 @@ fn only_samples_of_shards_on_disk_are_advised_into_the_page_cache() {
     let ds = fixtures().join("mds/basic");
     let tmp = tempfile::tempdir().unwrap();
     let dataset = Arc::new(Dataset::load(ds.to_str().unwrap(), &StoreOptions::default()).unwrap());
-    let cache = ShardCache::open(dataset, opts(tmp.path())).unwrap();
+    // Advice is for files read through the page cache.
+    let o = CacheOptions {
+        direct_io: false,
+        ..opts(tmp.path())
+    };
+    let cache = ShardCache::open(dataset, o).unwrap();
     assert!(!cache.advise_sample(0, 1), "shard 0 is not on disk yet");
     // Reading a sample fills the shard (its file kept open, its header in memory).
     cache.sample(0, 0).unwrap();

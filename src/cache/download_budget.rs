@@ -24,6 +24,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use super::io::direct::AlignedBuf;
+
 /// How long a kept download buffer may stay unused before it is freed.
 pub const IDLE_BUFFER_LIFETIME: Duration = Duration::from_secs(30);
 
@@ -51,7 +53,7 @@ struct BudgetState {
     /// Demand downloads waiting for room.
     demands_waiting: u32,
     /// Buffers of finished downloads, kept for the next ones, with when each came back.
-    idle: Vec<(Vec<u8>, Instant)>,
+    idle: Vec<(AlignedBuf, Instant)>,
     /// Their bytes (capacity).
     idle_bytes: u64,
 }
@@ -70,7 +72,8 @@ pub struct DownloadPermit<'a> {
 /// when the budget has room for it.
 #[derive(Debug)]
 pub struct DownloadBuffer {
-    data: Vec<u8>,
+    /// Block-aligned, so the shard can be written to the cache file past the page cache.
+    data: AlignedBuf,
     home: Weak<DownloadBudget>,
     /// Bytes of the budget this buffer holds taken.
     taken: u64,
@@ -140,13 +143,13 @@ impl DownloadBudget {
 
     /// Frees the kept buffers unused for at least `age`; returns their bytes.
     pub fn free_idle(&self, age: Duration) -> u64 {
-        let old: Vec<Vec<u8>> = {
+        let old: Vec<AlignedBuf> = {
             let mut st = self.lock();
             let (old, keep): (Vec<_>, Vec<_>) = std::mem::take(&mut st.idle)
                 .into_iter()
                 .partition(|(_, since)| since.elapsed() >= age);
             st.idle = keep;
-            let old: Vec<Vec<u8>> = old.into_iter().map(|(b, _)| b).collect();
+            let old: Vec<AlignedBuf> = old.into_iter().map(|(b, _)| b).collect();
             st.idle_bytes -= old.iter().map(|b| b.capacity() as u64).sum::<u64>();
             old
         };
@@ -159,7 +162,7 @@ impl DownloadBudget {
     }
 
     /// The smallest kept buffer of at least `len` bytes, taken out of the kept ones.
-    fn take_idle(&self, len: usize) -> Option<Vec<u8>> {
+    fn take_idle(&self, len: usize) -> Option<AlignedBuf> {
         let mut st = self.lock();
         let i = best_fit(&st.idle, len)?;
         let (b, _) = st.idle.swap_remove(i);
@@ -169,7 +172,7 @@ impl DownloadBudget {
 
     /// A buffer's `taken` bytes come back, and `data` is kept when it fits beside the
     /// bytes taken and the other kept buffers; else it is freed.
-    fn give_back(&self, data: Vec<u8>, taken: u64) {
+    fn give_back(&self, data: AlignedBuf, taken: u64) {
         let size = data.capacity() as u64;
         let mut st = self.lock();
         st.used = st.used.saturating_sub(taken);
@@ -187,7 +190,7 @@ impl DownloadBudget {
 }
 
 /// Index of the smallest buffer in `idle` of at least `len` bytes.
-fn best_fit(idle: &[(Vec<u8>, Instant)], len: usize) -> Option<usize> {
+fn best_fit(idle: &[(AlignedBuf, Instant)], len: usize) -> Option<usize> {
     idle.iter()
         .enumerate()
         .filter(|(_, (b, _))| b.capacity() >= len)
@@ -198,7 +201,7 @@ fn best_fit(idle: &[(Vec<u8>, Instant)], len: usize) -> Option<usize> {
 /// Takes out of `st` the kept buffers that do not fit beside the bytes taken, largest first,
 /// sparing the one a download of `incoming` bytes would take (its bytes are counted in `used`
 /// already). The caller frees them outside the lock.
-fn trim_idle(st: &mut BudgetState, limit: u64, incoming: u64) -> Vec<Vec<u8>> {
+fn trim_idle(st: &mut BudgetState, limit: u64, incoming: u64) -> Vec<AlignedBuf> {
     let spare = best_fit(&st.idle, usize::try_from(incoming).unwrap_or(usize::MAX))
         .map(|i| st.idle.swap_remove(i));
     let spared = spare.as_ref().map_or(0, |(b, _)| b.capacity() as u64);
@@ -233,10 +236,10 @@ impl DownloadPermit<'_> {
         let data = match self.budget.take_idle(len) {
             Some(mut b) => {
                 // Longer than needed: cut (no bytes are written); shorter cannot happen.
-                b.resize(len, 0);
+                b.set_len(len);
                 b
             }
-            None => vec![0u8; len],
+            None => fresh(len),
         };
         DownloadBuffer {
             data,
@@ -263,7 +266,7 @@ impl DownloadBuffer {
     /// A buffer of `len` zeroed bytes that belongs to no budget (freed when dropped).
     pub fn unkept(len: usize) -> Self {
         Self {
-            data: vec![0u8; len],
+            data: fresh(len),
             home: Weak::new(),
             taken: 0,
         }
@@ -289,10 +292,22 @@ impl AsRef<[u8]> for DownloadBuffer {
     }
 }
 
+/// `len` zeroed, block-aligned bytes. Running out of memory here is the same failure as
+/// `vec![0; len]` would be.
+fn fresh(len: usize) -> AlignedBuf {
+    AlignedBuf::zeroed(len).unwrap_or_else(|_| {
+        std::alloc::handle_alloc_error(
+            std::alloc::Layout::from_size_align(len.max(1), 1)
+                .unwrap_or(std::alloc::Layout::new::<u8>()),
+        )
+    })
+}
+
 impl Drop for DownloadBuffer {
     fn drop(&mut self) {
         if let Some(home) = self.home.upgrade() {
-            home.give_back(std::mem::take(&mut self.data), self.taken);
+            let data = std::mem::replace(&mut self.data, AlignedBuf::empty());
+            home.give_back(data, self.taken);
         }
     }
 }
@@ -300,6 +315,10 @@ impl Drop for DownloadBuffer {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Buffers are whole 4 KiB blocks (aligned for direct writes): sizes here are in blocks.
+    const K: u64 = 4096;
+    const KU: usize = 4096;
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
@@ -388,62 +407,68 @@ mod tests {
 
     #[test]
     fn a_buffer_holds_its_download_s_bytes_and_is_the_next_download_s_buffer() {
-        let budget = Arc::new(DownloadBudget::new(100));
-        let permit = budget.acquire(60, Urgency::Prefetch);
-        let mut first = permit.buffer(60);
+        let budget = Arc::new(DownloadBudget::new(100 * K));
+        let permit = budget.acquire(60 * K, Urgency::Prefetch);
+        let mut first = permit.buffer(60 * KU);
         first.fill(7);
         let at = first.as_ptr();
         // The permit's bytes went with the buffer: they stay taken until it is dropped.
         drop(permit);
-        assert_eq!(budget.in_use(), 60);
+        assert_eq!(budget.in_use(), 60 * K);
         drop(first);
-        assert_eq!((budget.in_use(), budget.idle_buffer_bytes()), (0, 60));
+        assert_eq!((budget.in_use(), budget.idle_buffer_bytes()), (0, 60 * K));
         // A smaller download takes it, cut to its length.
-        let p = budget.acquire(50, Urgency::Prefetch);
-        let second = p.buffer(50);
-        assert_eq!((second.as_ptr(), second.len()), (at, 50));
+        let p = budget.acquire(50 * K, Urgency::Prefetch);
+        let second = p.buffer(50 * KU);
+        assert_eq!((second.as_ptr(), second.len()), (at, 50 * KU));
         assert_eq!(budget.idle_buffer_bytes(), 0);
         // A longer one than any kept gets fresh zeroed memory.
-        let q = budget.acquire(40, Urgency::Prefetch);
-        let third = q.buffer(40);
+        let q = budget.acquire(40 * K, Urgency::Prefetch);
+        let third = q.buffer(40 * KU);
         assert_ne!(third.as_ptr(), at);
         assert!(third.iter().all(|&b| b == 0));
-        // 50 taken by the second: the third's 40 bytes fit beside them, and are kept.
+        // 50 taken by the second: the third's 40 blocks fit beside them, and are kept.
         drop((q, third));
-        assert_eq!((budget.in_use(), budget.idle_buffer_bytes()), (50, 40));
-        // Its 50 bytes given back, the second's 60-byte buffer fits beside the 40 kept.
+        assert_eq!(
+            (budget.in_use(), budget.idle_buffer_bytes()),
+            (50 * K, 40 * K)
+        );
+        // Its 50 blocks given back, the second's 60-block buffer fits beside the 40 kept.
         drop((p, second));
-        assert_eq!((budget.in_use(), budget.idle_buffer_bytes()), (0, 100));
+        assert_eq!((budget.in_use(), budget.idle_buffer_bytes()), (0, 100 * K));
         // Kept buffers are freed once unused for long enough.
         assert_eq!(budget.free_idle(Duration::from_secs(3600)), 0);
-        assert_eq!(budget.free_idle(Duration::ZERO), 100);
+        assert_eq!(budget.free_idle(Duration::ZERO), 100 * K);
         assert_eq!(budget.idle_buffer_bytes(), 0);
     }
 
     #[test]
     fn a_download_frees_kept_buffers_that_no_longer_fit_but_not_the_one_it_can_use() {
-        let budget = Arc::new(DownloadBudget::new(100));
+        let budget = Arc::new(DownloadBudget::new(100 * K));
         let kept_30_and_50 = || {
             let (a, b) = (
-                budget.acquire(30, Urgency::Prefetch),
-                budget.acquire(50, Urgency::Prefetch),
+                budget.acquire(30 * K, Urgency::Prefetch),
+                budget.acquire(50 * K, Urgency::Prefetch),
             );
-            let (ba, bb) = (a.buffer(30), b.buffer(50));
+            let (ba, bb) = (a.buffer(30 * KU), b.buffer(50 * KU));
             drop((a, b, ba, bb));
-            assert_eq!(budget.idle_buffer_bytes(), 80);
+            assert_eq!(budget.idle_buffer_bytes(), 80 * K);
         };
         kept_30_and_50();
         // 60 taken: no kept buffer is large enough, and 60 + 80 > 100: the largest goes.
-        let p = budget.acquire(60, Urgency::Prefetch);
-        assert_eq!(budget.idle_buffer_bytes(), 30);
+        let p = budget.acquire(60 * K, Urgency::Prefetch);
+        assert_eq!(budget.idle_buffer_bytes(), 30 * K);
         drop(p);
         budget.free_idle(Duration::ZERO);
         kept_30_and_50();
-        // 45 taken: the 50-byte buffer is the one it will fill; beside it the 30 fit.
-        let p = budget.acquire(45, Urgency::Prefetch);
-        assert_eq!(budget.idle_buffer_bytes(), 80);
-        let buf = p.buffer(45);
-        assert_eq!((buf.len(), budget.idle_buffer_bytes()), (45, 30));
+        // 45 taken: the 50-block buffer is the one it will fill; beside it the 30 fit.
+        let p = budget.acquire(45 * K, Urgency::Prefetch);
+        assert_eq!(budget.idle_buffer_bytes(), 80 * K);
+        let buf = p.buffer(45 * KU);
+        assert_eq!(
+            (buf.len() as u64, budget.idle_buffer_bytes()),
+            (45 * K, 30 * K)
+        );
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! there is no separate journal to get out of step. Basenames may contain folders
 //! ("3/shard.00000.mds"); they are validated as [`ObjectKey`]s and so cannot escape.
 
+use super::io::direct;
 use super::CacheError;
 use crate::store::ObjectKey;
 use std::fs::{self, File, OpenOptions};
@@ -44,6 +45,10 @@ pub enum Durability {
     /// every adopted shard is hashed against its recorded xxh3 before first use, so a torn
     /// file is refetched, never served — and the fill path does not wait for the disk.
     Unsynced,
+    /// As `Unsynced`, written past the page cache (`O_DIRECT`, see `io::direct`) when the
+    /// bytes start on a block boundary; the usual way when they do not, or when the file
+    /// system refuses direct writes.
+    Direct,
 }
 
 impl Layout {
@@ -167,6 +172,17 @@ impl Layout {
             SEQ.fetch_add(1, Ordering::Relaxed)
         ));
         let result = (|| {
+            if sync == Durability::Direct && direct::is_aligned(data) {
+                match direct::write_new(&tmp, data) {
+                    Ok(()) => return self.rename_into(&tmp, dest, sync),
+                    // EINVAL: alignments this file system does not take; write it the usual way.
+                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                        tracing::debug!(path = %tmp.display(), "direct write refused; writing through the page cache");
+                        let _ = fs::remove_file(&tmp);
+                    }
+                    Err(e) => return Err(CacheError::io("write", &tmp, e)),
+                }
+            }
             let mut f = {
                 use std::os::unix::fs::OpenOptionsExt;
                 OpenOptions::new()
@@ -181,20 +197,26 @@ impl Layout {
             if sync == Durability::Synced {
                 f.sync_all().map_err(|e| CacheError::io("fsync", &tmp, e))?;
             }
-            let parent = dest.parent().unwrap_or(&self.root);
-            fs::create_dir_all(parent).map_err(|e| CacheError::io("create folder", parent, e))?;
-            fs::rename(&tmp, dest).map_err(|e| CacheError::io("rename into", dest, e))?;
-            if sync == Durability::Synced {
-                File::open(parent)
-                    .and_then(|d| d.sync_all())
-                    .map_err(|e| CacheError::io("fsync folder", parent, e))?;
-            }
-            Ok(())
+            self.rename_into(&tmp, dest, sync)
         })();
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
         }
         result
+    }
+
+    /// Moves the written `tmp` to `dest` (creating its folder), fsyncing the folder when
+    /// `sync` asks.
+    fn rename_into(&self, tmp: &Path, dest: &Path, sync: Durability) -> Result<(), CacheError> {
+        let parent = dest.parent().unwrap_or(&self.root);
+        fs::create_dir_all(parent).map_err(|e| CacheError::io("create folder", parent, e))?;
+        fs::rename(tmp, dest).map_err(|e| CacheError::io("rename into", dest, e))?;
+        if sync == Durability::Synced {
+            File::open(parent)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| CacheError::io("fsync folder", parent, e))?;
+        }
+        Ok(())
     }
 
     /// Every regular file under `shards/`, as (relative key string, size, mtime nanos).

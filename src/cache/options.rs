@@ -28,6 +28,10 @@ pub struct CacheOptions {
     pub memory_limit: u64,
     /// How to read cached files.
     pub io: IoMode,
+    /// Write and read cached shard files past the page cache (`O_DIRECT`) when the cache
+    /// folder's file system takes it (`SHARDFS_DIRECT_IO=off` turns it off); see
+    /// `io/direct.rs`.
+    pub direct_io: bool,
     /// Depth of the io_uring submission queue.
     pub uring_depth: u32,
     /// Threads that run `prefetch` fills.
@@ -51,6 +55,7 @@ impl Default for CacheOptions {
             cache_limit: None,
             memory_limit: 256 << 20,
             io: IoMode::Auto,
+            direct_io: true,
             uring_depth: 64,
             prefetch_threads: 4,
             verify_attempts: 5,

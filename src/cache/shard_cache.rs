@@ -171,6 +171,9 @@ pub struct ShardCache {
     room: Condvar,
     policy: Arc<dyn EvictionPolicy>,
     reader: Arc<dyn FileReader>,
+    /// Cached shard files are written and read past the page cache (`O_DIRECT`): the mount's
+    /// own files hold the bytes readers read in RAM, once (see `io::direct`).
+    direct: bool,
     memory: MemoryTier,
     counters: Arc<Counters>,
     prefetch_tx: Mutex<Option<mpsc::Sender<usize>>>,
@@ -207,10 +210,20 @@ fn sample_span(header: &ShardHeader, i: u32, len: usize) -> Option<std::ops::Ran
     (start <= end && end <= len).then_some(start..end)
 }
 
-/// xxh3-64 of the first `len` bytes of `file`, read in 1 MiB pieces.
-fn hash_file(file: &File, len: u64) -> std::io::Result<u64> {
+/// xxh3-64 of the first `len` bytes of `file`, read in 1 MiB pieces (`direct`: the file
+/// was opened with `O_DIRECT`).
+fn hash_file(file: &File, len: u64, direct: bool) -> std::io::Result<u64> {
     use std::os::unix::fs::FileExt;
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    if direct {
+        let mut at = 0u64;
+        while at < len {
+            let want = (len - at).min(1 << 20) as usize;
+            hasher.update(&io::direct::read_exact_at(file, at, want)?);
+            at += want as u64;
+        }
+        return Ok(hasher.digest());
+    }
     let mut buf = vec![0u8; 1 << 20];
     let mut at = 0u64;
     while at < len {
@@ -279,6 +292,12 @@ impl ShardCache {
         });
         let lock = layout.prepare(meta.to_string().as_bytes())?;
         let reader = io::select(opts.io, opts.uring_depth)?;
+        let direct = opts.direct_io && io::direct_wanted()? && io::direct::probe(&layout.tmp);
+        tracing::info!(
+            direct,
+            "cached shard files {} the page cache",
+            if direct { "bypass" } else { "go through" }
+        );
 
         // Adopt complete shards; delete anything else under shards/.
         let by_name: HashMap<&str, usize> = keys
@@ -342,6 +361,7 @@ impl ShardCache {
             downloads: Arc::new(DownloadBudget::new(opts.download_memory)),
             policy,
             reader,
+            direct,
             prefetch_tx: Mutex::new(None),
             opts,
             trust: Mutex::new(trust),
@@ -454,7 +474,8 @@ impl ShardCache {
             return Ok(true);
         }
         let path = self.shard_path(shard)?;
-        let got = hash_file(file, meta.len()).map_err(|e| CacheError::io("read", &path, e))?;
+        let got = hash_file(file, meta.len(), self.direct)
+            .map_err(|e| CacheError::io("read", &path, e))?;
         if got == t.sum {
             if let Some(t) = self
                 .trust
@@ -494,7 +515,11 @@ impl ShardCache {
                 _ => tracing::debug!(shard, "cached file was unlinked; reopening its path"),
             }
         }
-        let f = Arc::new(File::open(path)?);
+        let f = Arc::new(if self.direct {
+            io::direct::open_read(path)?
+        } else {
+            File::open(path)?
+        });
         let meta = f.metadata()?;
         if let Some(Slot::Resident { file, .. }) = self.lock().slots.get_mut(shard) {
             *file = Some(f.clone());
@@ -635,8 +660,12 @@ impl ShardCache {
     /// its file open and its verified header in memory: it never blocks on the store, the disk
     /// or a checksum. (It does not look in the memory tier first: a look-up there would count
     /// as a use of the sample in the tier's admission policy, and advising pages already in
-    /// the page cache costs little.)
+    /// the page cache costs little.) Nothing to do either when cached files bypass the page
+    /// cache.
     pub fn advise_sample(&self, shard: usize, i: u32) -> bool {
+        if self.direct {
+            return false;
+        }
         let Some(header) = self.memory.header(shard) else {
             return false;
         };
@@ -758,7 +787,11 @@ impl ShardCache {
             downloading_bytes: self.downloads.in_use(),
             idle_download_buffer_bytes: self.downloads.idle_buffer_bytes(),
             pinned_shards: pinned,
-            io_backend: self.reader.name(),
+            io_backend: if self.direct {
+                "pread-direct"
+            } else {
+                self.reader.name()
+            },
         }
     }
 
@@ -967,7 +1000,11 @@ impl ShardCache {
                 &raw,
                 &dest,
                 &format!("shard{shard}"),
-                Durability::Unsynced,
+                if self.direct {
+                    Durability::Direct
+                } else {
+                    Durability::Unsynced
+                },
             )
         });
         if let Err(e) = written {
@@ -1238,18 +1275,21 @@ impl ShardHandle {
                 format!("bytes {offset}+{len} of a {}-byte file", self.len),
             ));
         }
-        let buf = self
-            .cache
-            .reader
-            .read_exact_at(&self.file, offset, len)
-            .map_err(|e| {
-                CacheError::io(
-                    "read",
-                    self.cache.shard_path(self.shard).unwrap_or_default(),
-                    e,
-                )
-            })?;
-        Ok(Bytes::from(buf))
+        let read = if self.cache.direct {
+            io::direct::read_exact_at(&self.file, offset, len)
+        } else {
+            self.cache
+                .reader
+                .read_exact_at(&self.file, offset, len)
+                .map(Bytes::from)
+        };
+        read.map_err(|e| {
+            CacheError::io(
+                "read",
+                self.cache.shard_path(self.shard).unwrap_or_default(),
+                e,
+            )
+        })
     }
 
     /// The parsed header (memory tier, else read from the file).

@@ -52,7 +52,9 @@ pub struct CacheStats {
     pub idle_download_buffer_bytes: u64,
     /// Shards currently pinned by open handles.
     pub pinned_shards: u64,
-    /// Which reader serves cached files: "io_uring-inline", "io_uring" (ring threads) or "pread".
+    /// Which reader serves cached files: "pread-direct" (past the page cache, the default where
+    /// the cache folder's file system takes it), else "io_uring-inline", "io_uring" (ring
+    /// threads) or "pread".
     pub io_backend: &'static str,
 }
 

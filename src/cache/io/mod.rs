@@ -7,6 +7,7 @@
 //! `IoMode::Uring` selects the dedicated ring threads of `uring.rs` instead (slower for
 //! page-cache hits, see the bench). `SHARDFS_IO=pread|uring|uring-inline|auto` overrides.
 
+pub(crate) mod direct;
 mod pread;
 mod uring;
 mod uring_inline;
@@ -25,6 +26,22 @@ pub(crate) trait FileReader: Send + Sync + std::fmt::Debug {
     fn name(&self) -> &'static str;
     /// Reads exactly `len` bytes at `offset`; `UnexpectedEof` if the file is shorter.
     fn read_exact_at(&self, file: &Arc<File>, offset: u64, len: usize) -> std::io::Result<Vec<u8>>;
+}
+
+/// Whether cached shard files may bypass the page cache (`SHARDFS_DIRECT_IO=on|off|auto`,
+/// default auto: when the cache folder's file system takes it, see [`direct::probe`]).
+pub(crate) fn direct_wanted() -> Result<bool, CacheError> {
+    match std::env::var("SHARDFS_DIRECT_IO")
+        .ok()
+        .as_deref()
+        .map(str::trim)
+    {
+        None | Some("") | Some("auto") | Some("on") => Ok(true),
+        Some("off") => Ok(false),
+        Some(other) => Err(CacheError::Config(format!(
+            "SHARDFS_DIRECT_IO={other:?}: expected auto, on or off"
+        ))),
+    }
 }
 
 /// The reader for `mode` (after the `SHARDFS_IO` override).
