@@ -239,7 +239,7 @@ impl DownloadPermit<'_> {
                 b.set_len(len);
                 b
             }
-            None => fresh(len),
+            None => fresh_keepable(len),
         };
         DownloadBuffer {
             data,
@@ -290,6 +290,24 @@ impl AsRef<[u8]> for DownloadBuffer {
     fn as_ref(&self) -> &[u8] {
         &self.data
     }
+}
+
+/// Buffers of at least this size are made a multiple of it, so a kept buffer also fits the
+/// next shard when that one is a little larger (MDSWriter's shards all fall just under its
+/// size limit, by varying amounts); an exact-size buffer fitted only the shorter half of them,
+/// and a new 64 MiB buffer costs ~16k page faults.
+const BUFFER_GRAIN: usize = 4 << 20;
+
+/// `len` zeroed, block-aligned bytes for a download that may be kept: the capacity is rounded
+/// up to [`BUFFER_GRAIN`] when `len` is at least that.
+fn fresh_keepable(len: usize) -> AlignedBuf {
+    if len < BUFFER_GRAIN {
+        return fresh(len);
+    }
+    let cap = len.div_ceil(BUFFER_GRAIN).saturating_mul(BUFFER_GRAIN);
+    let mut b = fresh(cap);
+    b.set_len(len);
+    b
 }
 
 /// `len` zeroed, block-aligned bytes. Running out of memory here is the same failure as
@@ -469,6 +487,18 @@ mod tests {
             (buf.len() as u64, budget.idle_buffer_bytes()),
             (45 * K, 30 * K)
         );
+    }
+
+    #[test]
+    fn a_kept_shard_buffer_also_fits_a_slightly_larger_next_shard() {
+        let budget = Arc::new(DownloadBudget::new(256 << 20));
+        let p = budget.acquire(67_011_524, Urgency::Prefetch);
+        let first = p.buffer(67_011_524);
+        let at = first.as_ptr();
+        drop((p, first));
+        let p = budget.acquire(67_090_295, Urgency::Prefetch);
+        let second = p.buffer(67_090_295);
+        assert_eq!((second.as_ptr(), second.len()), (at, 67_090_295));
     }
 
     #[test]
