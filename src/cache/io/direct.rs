@@ -340,9 +340,34 @@ pub fn write_new(path: &Path, data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Whether the file system of `dir` takes direct reads and writes at [`ALIGN`]: writes,
-/// reads back and removes a small probe file there.
+/// True when `dir` is on a file system that lives in the page cache itself (tmpfs, ramfs):
+/// there direct I/O would keep nothing out of memory.
+fn in_memory_fs(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    const TMPFS_MAGIC: i64 = 0x0102_1994;
+    const RAMFS_MAGIC: i64 = 0x8584_58f6;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: statfs writes one struct statfs into `st`, which is zero-initialised and sized.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `c` is a valid NUL-terminated path; `st` is writable.
+    if unsafe { libc::statfs(c.as_ptr(), &mut st) } != 0 {
+        return false;
+    }
+    #[allow(clippy::unnecessary_cast)]
+    let kind = st.f_type as i64;
+    kind == TMPFS_MAGIC || kind == RAMFS_MAGIC
+}
+
+/// Whether cached files in `dir` should bypass the page cache: its file system is not held in
+/// memory anyway (tmpfs, ramfs) and takes direct reads and writes at [`ALIGN`] (a small probe
+/// file is written, read back and removed there).
 pub fn probe(dir: &Path) -> bool {
+    if in_memory_fs(dir) {
+        tracing::debug!(dir = %dir.display(), "cache folder is in memory (tmpfs); no direct I/O");
+        return false;
+    }
     let path = dir.join(format!("direct-io-probe.{}", std::process::id()));
     let result = (|| -> io::Result<bool> {
         let mut data = AlignedBuf::zeroed(ALIGN + 100)?;
@@ -382,12 +407,21 @@ mod tests {
         assert_eq!(b.len(), 2 * ALIGN, "never past the capacity");
     }
 
+    #[test]
+    fn folders_in_memory_never_get_direct_io() {
+        let shm = Path::new("/dev/shm");
+        if shm.is_dir() && in_memory_fs(shm) {
+            assert!(!probe(shm));
+        }
+        assert!(!in_memory_fs(Path::new("/nonexistent/folder")));
+    }
+
     /// Writes and reads back files of awkward sizes at awkward offsets; skipped (with a
     /// message) where the temp folder's file system refuses direct I/O.
     #[test]
     fn files_written_and_read_directly_hold_exactly_their_bytes() {
         let dir = tempfile::tempdir().unwrap();
-        if !probe(dir.path()) {
+        if in_memory_fs(dir.path()) || !probe(dir.path()) {
             eprintln!(
                 "direct I/O unavailable in {}; nothing to check",
                 dir.path().display()
