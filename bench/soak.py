@@ -38,26 +38,24 @@ sys.path.insert(0, HERE)
 from harness import ACCESS_KEY, SECRET_KEY, BUCKET, Procs, wait_for, log  # noqa: E402
 
 
-def rss_kb(pid):
+def status_field(pid, name):
+    """An integer field of /proc/PID/status (0 when the process is gone)."""
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(name + ":"):
                     return int(line.split()[1])
     except OSError:
         pass
     return 0
+
+
+def rss_kb(pid):
+    return status_field(pid, "VmRSS")
 
 
 def threads(pid):
-    try:
-        with open(f"/proc/{pid}/status") as f:
-            for line in f:
-                if line.startswith("Threads:"):
-                    return int(line.split()[1])
-    except OSError:
-        pass
-    return 0
+    return status_field(pid, "Threads")
 
 
 def fds(pid):

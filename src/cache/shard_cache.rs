@@ -210,26 +210,22 @@ fn sample_span(header: &ShardHeader, i: u32, len: usize) -> Option<std::ops::Ran
     (start <= end && end <= len).then_some(start..end)
 }
 
-/// xxh3-64 of the first `len` bytes of `file`, read in 1 MiB pieces (`direct`: the file
-/// was opened with `O_DIRECT`).
+/// xxh3-64 of the first `len` bytes of `file`, read in 1 MiB pieces into one buffer
+/// (`direct`: the file was opened with `O_DIRECT`).
 fn hash_file(file: &File, len: u64, direct: bool) -> std::io::Result<u64> {
     use std::os::unix::fs::FileExt;
+    const PIECE: usize = 1 << 20;
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
-    if direct {
-        let mut at = 0u64;
-        while at < len {
-            let want = (len - at).min(1 << 20) as usize;
-            hasher.update(&io::direct::read_exact_at(file, at, want)?);
-            at += want as u64;
-        }
-        return Ok(hasher.digest());
-    }
-    let mut buf = vec![0u8; 1 << 20];
+    let mut buf = io::direct::AlignedBuf::zeroed(PIECE)?;
     let mut at = 0u64;
     while at < len {
-        let want = (len - at).min(buf.len() as u64) as usize;
-        file.read_exact_at(&mut buf[..want], at)?;
-        hasher.update(&buf[..want]);
+        let want = (len - at).min(PIECE as u64) as usize;
+        if direct {
+            hasher.update(io::direct::read_exact_into(file, &mut buf, at, want)?);
+        } else {
+            file.read_exact_at(&mut buf[..want], at)?;
+            hasher.update(&buf[..want]);
+        }
         at += want as u64;
     }
     Ok(hasher.digest())

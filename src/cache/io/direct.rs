@@ -95,16 +95,32 @@ impl AlignedBuf {
                 mapped: true,
             });
         }
+        let mut b = Self::from_allocator(cap, true)?;
+        b.set_len(len);
+        Ok(b)
+    }
+
+    /// `cap` bytes (a non-zero multiple of [`ALIGN`]) from the allocator: zeroed, or left
+    /// uninitialised for a read to fill (then nothing is shown until the read says what it
+    /// wrote).
+    fn from_allocator(cap: usize, zeroed: bool) -> io::Result<Self> {
         let layout = Self::layout(cap)?;
         // SAFETY: the layout has a non-zero size.
-        let raw = unsafe { std::alloc::alloc_zeroed(layout) };
+        let raw = unsafe {
+            if zeroed {
+                std::alloc::alloc_zeroed(layout)
+            } else {
+                std::alloc::alloc(layout)
+            }
+        };
         let ptr = NonNull::new(raw)
             .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "allocation failed"))?;
+        let init = if zeroed { cap } else { 0 };
         Ok(Self {
             ptr,
-            len,
+            len: init,
             cap,
-            init: cap,
+            init,
             mapped: false,
         })
     }
@@ -225,6 +241,31 @@ fn pread_full(file: &File, buf: &mut AlignedBuf, want: usize, offset: u64) -> io
     Ok(done)
 }
 
+/// Reads exactly `len` bytes at `offset` (a multiple of [`ALIGN`]) from `file` (opened with
+/// `O_DIRECT`) into the start of `buf`, whose capacity must hold `len` rounded up to
+/// [`ALIGN`]; returns them. `UnexpectedEof` if the file is shorter.
+pub fn read_exact_into<'a>(
+    file: &File,
+    buf: &'a mut AlignedBuf,
+    offset: u64,
+    len: usize,
+) -> io::Result<&'a [u8]> {
+    let span = round_up(len)
+        .filter(|&span| span <= buf.cap && offset % ALIGN as u64 == 0)
+        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+    let got = pread_full(file, buf, span, offset)?;
+    // The kernel wrote the first `got` bytes.
+    buf.init = buf.init.max(got);
+    if got < len {
+        return Err(io::Error::new(
+            io::ErrorKind::UnexpectedEof,
+            "file shorter than the requested range",
+        ));
+    }
+    buf.set_len(len);
+    Ok(buf)
+}
+
 /// Reads exactly `len` bytes at `offset` from `file` (opened with `O_DIRECT`), through an
 /// aligned span around them; `UnexpectedEof` if the file is shorter.
 ///
@@ -241,72 +282,17 @@ pub fn read_exact_at(file: &File, offset: u64, len: usize) -> io::Result<Bytes> 
         .checked_add(len)
         .and_then(round_up)
         .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let mut buf = AlignedBuf::for_read(span)?;
-    let got = pread_full(file, &mut buf, span, start)?;
-    // The kernel wrote the first `got` bytes.
-    buf.init = got;
-    if got < lead + len {
-        return Err(io::Error::new(
-            io::ErrorKind::UnexpectedEof,
-            "file shorter than the requested range",
-        ));
-    }
-    buf.set_len(lead + len);
-    let waste = span - len;
-    if waste > len / 8 {
+    let mut buf = AlignedBuf::from_allocator(span, false)?;
+    read_exact_into(file, &mut buf, start, lead + len)?;
+    if span - len > len / 8 {
         return Ok(Bytes::copy_from_slice(&buf[lead..]));
     }
     Ok(Bytes::from_owner(buf).slice(lead..))
 }
 
-impl AlignedBuf {
-    /// An aligned buffer of capacity `cap` (a multiple of [`ALIGN`]) for a read to fill:
-    /// not zeroed (the read overwrites it), so nothing can be shown until `init` says
-    /// what the read wrote.
-    fn for_read(cap: usize) -> io::Result<Self> {
-        let layout = Self::layout(cap)?;
-        // SAFETY: the layout has a non-zero size (cap ≥ ALIGN).
-        let raw = unsafe { std::alloc::alloc(layout) };
-        let ptr = NonNull::new(raw)
-            .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "allocation failed"))?;
-        Ok(Self {
-            ptr,
-            len: 0,
-            cap,
-            init: 0,
-            mapped: false,
-        })
-    }
-}
-
 /// True when `data` starts on an [`ALIGN`] boundary, as [`write_new`] needs.
 pub fn is_aligned(data: &[u8]) -> bool {
     data.as_ptr() as usize % ALIGN == 0
-}
-
-/// `pwrite` all of `data` at `offset`.
-fn pwrite_all(file: &File, data: &[u8], offset: u64) -> io::Result<()> {
-    let mut done = 0;
-    while done < data.len() {
-        let at = offset
-            .checked_add(done as u64)
-            .and_then(|a| libc::off_t::try_from(a).ok())
-            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
-        let rest = &data[done..];
-        // SAFETY: reads rest.len() bytes of `rest`; the fd is open.
-        let n = unsafe { libc::pwrite(file.as_raw_fd(), rest.as_ptr().cast(), rest.len(), at) };
-        match n {
-            n if n < 0 => {
-                let e = io::Error::last_os_error();
-                if e.kind() != io::ErrorKind::Interrupted {
-                    return Err(e);
-                }
-            }
-            0 => return Err(io::Error::from(io::ErrorKind::WriteZero)),
-            n => done += n as usize,
-        }
-    }
-    Ok(())
 }
 
 /// Creates `path` (mode 0600; it must not exist) and writes `data` (which must start on an
@@ -315,7 +301,7 @@ fn pwrite_all(file: &File, data: &[u8], offset: u64) -> io::Result<()> {
 /// `data.len()`. Errors as the system gives them (`EINVAL`: the file system or device does
 /// not take these alignments); the caller removes a partial file.
 pub fn write_new(path: &Path, data: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::OpenOptionsExt;
+    use std::os::unix::fs::{FileExt, OpenOptionsExt};
     if !is_aligned(data) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
@@ -329,12 +315,12 @@ pub fn write_new(path: &Path, data: &[u8]) -> io::Result<()> {
         .custom_flags(libc::O_DIRECT)
         .open(path)?;
     let body = data.len() & !(ALIGN - 1);
-    pwrite_all(&file, &data[..body], 0)?;
+    file.write_all_at(&data[..body], 0)?;
     if body < data.len() {
         let mut tail = AlignedBuf::zeroed(ALIGN)?;
         tail.set_len(ALIGN);
         tail[..data.len() - body].copy_from_slice(&data[body..]);
-        pwrite_all(&file, &tail, body as u64)?;
+        file.write_all_at(&tail, body as u64)?;
         file.set_len(data.len() as u64)?;
     }
     Ok(())
@@ -455,6 +441,17 @@ mod tests {
             }
             let e = read_exact_at(&f, size as u64 - 1, 2).unwrap_err();
             assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof);
+            // One buffer, read piece by piece from aligned offsets.
+            let mut buf = AlignedBuf::zeroed(2 * ALIGN).unwrap();
+            let mut at = 0;
+            while at < size {
+                let want = (size - at).min(2 * ALIGN);
+                let got = read_exact_into(&f, &mut buf, at as u64, want).unwrap();
+                assert_eq!(got, &data[at..at + want], "size {size} piece at {at}");
+                at += want;
+            }
+            let e = read_exact_into(&f, &mut buf, 1, 10).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput, "an unaligned offset");
             assert!(
                 write_new(&path, &data).is_err(),
                 "an existing file is refused"
