@@ -6,7 +6,7 @@ use crate::common::moto::{moto, s3_options};
 use crate::common::{fixtures, mds_datasets, strip_hashes};
 use base64::Engine;
 use shardfs::cache::{
-    CacheError, CacheOptions, Candidate, Dataset, EvictionContext, EvictionPolicy, IoMode,
+    Advice, CacheError, CacheOptions, Candidate, Dataset, EvictionContext, EvictionPolicy, IoMode,
     ShardCache,
 };
 use shardfs::mds;
@@ -1725,6 +1725,22 @@ fn large_shards_come_as_parallel_ranged_parts_each_retried_alone() {
         assert_eq!(st.verify_failures, 1, "{source}");
         assert_eq!(st.repaired_downloads, 1, "{source}");
         assert_eq!(st.parts_refetched, gets - parts, "{source}");
+        // The damaged download was written to disk beside its check (staged): it is gone,
+        // and the file in place holds the repaired bytes.
+        let dir = tmp.path().join(format!("c{i}"));
+        let staged: Vec<_> = files_under(&dir)
+            .into_iter()
+            .filter(|p| {
+                let rel = p.strip_prefix(&dir).unwrap();
+                rel.components().any(|c| c.as_os_str() == "tmp")
+            })
+            .collect();
+        assert!(staged.is_empty(), "{source}: {staged:?}");
+        assert_eq!(
+            std::fs::read(cache.shard_path(0).unwrap()).unwrap(),
+            std::fs::read(&shard0).unwrap(),
+            "{source}"
+        );
     }
 }
 
@@ -1853,19 +1869,100 @@ fn only_samples_of_shards_on_disk_are_advised_into_the_page_cache() {
         ..opts(tmp.path())
     };
     let cache = ShardCache::open(dataset, o).unwrap();
-    assert!(!cache.advise_sample(0, 1), "shard 0 is not on disk yet");
+    assert_eq!(
+        cache.advise_sample(0, 1),
+        Advice::Skipped,
+        "shard 0 is not on disk yet"
+    );
     // Reading a sample fills the shard (its file kept open, its header in memory).
     cache.sample(0, 0).unwrap();
-    assert!(cache.advise_sample(0, 1));
-    assert!(
-        !cache.advise_sample(0, u32::MAX),
+    assert_eq!(cache.advise_sample(0, 1), Advice::Started);
+    assert_eq!(
+        cache.advise_sample(0, u32::MAX),
+        Advice::Skipped,
         "no such sample: nothing to advise"
     );
     let last = cache.dataset().index().shards().len() - 1;
     assert!(last > 0, "the fixture has several shards");
-    assert!(
-        !cache.advise_sample(last, 0),
+    assert_eq!(
+        cache.advise_sample(last, 0),
+        Advice::Skipped,
         "another shard is still not on disk"
     );
     assert_eq!(cache.stats().samples_advised, 1);
+    assert_eq!(cache.stats().samples_read_ahead, 0, "the page cache's job");
+}
+
+#[test]
+fn samples_of_direct_io_files_are_read_ahead_into_memory_when_their_file_is_trusted() {
+    let ds = fixtures().join("mds/basic");
+    let load = || Arc::new(Dataset::load(ds.to_str().unwrap(), &StoreOptions::default()).unwrap());
+    // On the build's disk: /tmp may be a tmpfs, which gets no direct I/O.
+    let tmp = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let plain = tempfile::tempdir().unwrap();
+    let truth = ShardCache::open(
+        load(),
+        CacheOptions {
+            direct_io: false,
+            ..opts(plain.path())
+        },
+    )
+    .unwrap();
+    let cache = ShardCache::open(load(), opts(tmp.path())).unwrap();
+    if cache.stats().io_backend != "pread-direct" {
+        eprintln!(
+            "{}: no direct I/O here; nothing to check",
+            tmp.path().display()
+        );
+        return;
+    }
+    cache.sample(0, 0).unwrap();
+    let n = cache.dataset().index().shards()[0].samples;
+    assert!(n > 3, "the fixture's first shard has a few samples");
+    // All but the last sample.
+    for i in 1..n - 1 {
+        assert_eq!(cache.advise_sample(0, i), Advice::Started, "sample {i}");
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while cache.stats().samples_read_ahead < u64::from(n - 2) {
+        assert!(std::time::Instant::now() < deadline, "{:?}", cache.stats());
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    assert_eq!(cache.advise_sample(0, 1), Advice::Skipped, "already read");
+    for i in 1..n - 1 {
+        assert_eq!(
+            cache.sample(0, i).unwrap(),
+            truth.sample(0, i).unwrap(),
+            "sample {i}"
+        );
+    }
+    let s = cache.stats();
+    assert_eq!(s.read_ahead_hits, u64::from(n - 2), "{s:?}");
+    assert_eq!(s.read_ahead_bytes, 0, "taken, nothing left: {s:?}");
+    // The file changes on disk behind the cache: nothing is read ahead from it, and the next
+    // read checks it again, finds it bad and fetches the shard again.
+    let path = cache.shard_path(0).unwrap();
+    {
+        use std::os::unix::fs::FileExt;
+        let f = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(&path)
+            .unwrap();
+        let at = f.metadata().unwrap().len() - 1;
+        let mut byte = [0u8];
+        f.read_exact_at(&mut byte, at).unwrap();
+        f.write_all_at(&[byte[0] ^ 1], at).unwrap();
+    }
+    let last = n - 1;
+    assert_eq!(
+        cache.advise_sample(0, last),
+        Advice::Skipped,
+        "changed on disk"
+    );
+    assert_eq!(
+        cache.sample(0, last).unwrap(),
+        truth.sample(0, last).unwrap()
+    );
+    assert_eq!(cache.stats().verify_failures, 1);
 }

@@ -7,6 +7,7 @@
 
 use super::download_budget::{DownloadBuffer, DownloadPermit};
 use super::etag_digest::{EtagDigest, Streamed};
+use super::layout::Staged;
 use super::stats::Counters;
 use super::CacheError;
 use crate::mds::{self, FileRef, Index, ShardEntry, ShardHeader};
@@ -315,19 +316,27 @@ impl Dataset {
     /// When such a download fails its check, the next attempts repair it part by part
     /// ([`store::refetch_differing_parts`]) instead of downloading it whole again.
     pub fn fetch_shard(&self, shard: usize, attempts: u32) -> Result<Bytes, CacheError> {
-        self.fetch_shard_into(shard, attempts, None)
+        self.fetch_shard_into(shard, attempts, None, None)
+            .map(|(raw, _)| raw)
     }
 
     /// [`Self::fetch_shard`], downloading in parts into buffers of `permit` (reused from
     /// earlier downloads, and holding the permit's bytes until their last user is done)
     /// when given, else into fresh memory.
+    ///
+    /// With `stage`, an uncompressed shard downloaded in parts is written to a staged file
+    /// (by `stage`, on a thread of its own) while its last bytes are hashed: the staged file
+    /// and the bytes' xxh3 come back with the bytes when they pass every check, and are
+    /// removed when they do not.
     pub(super) fn fetch_shard_into(
         &self,
         shard: usize,
         attempts: u32,
         permit: Option<&DownloadPermit>,
-    ) -> Result<Bytes, CacheError> {
+        stage: Option<Stager<'_>>,
+    ) -> Result<(Bytes, Option<(Staged, u64)>), CacheError> {
         let entry = self.shard(shard)?;
+        let stage = stage.filter(|_| entry.zip.is_none());
         let stored = entry.stored_file();
         let key = ObjectKey::new(stored.basename.clone())?;
         let url = self.store.url_of(&key);
@@ -360,9 +369,13 @@ impl Dataset {
             let repairing = held.is_some();
             let fetched = match held.take() {
                 Some((whole, tag)) => self.repair(shard, &key, &check, whole, tag),
-                None if in_parts => {
-                    self.download_in_parts(&key, stored.bytes, check.hashes.is_empty(), permit)
-                }
+                None if in_parts => self.download_in_parts(
+                    &key,
+                    stored.bytes,
+                    check.hashes.is_empty(),
+                    permit,
+                    stage,
+                ),
                 None => self.store.get_fetched(&key).map(Download::Whole),
             };
             let download = match fetched {
@@ -392,11 +405,13 @@ impl Dataset {
             if let Err(reason) = stored_ok {
                 last = reason;
                 failed(attempt, &last);
-                if let Download::Parts(whole, tag, _) = download {
+                if let Download::Parts(whole, tag, _, _) = download {
                     held = Some((whole, tag));
                 }
                 continue;
             }
+            let mut download = download;
+            let staged = download.take_staged();
             let outcome = unpack(entry, download.freeze()).and_then(|raw| {
                 check_header(shard, &url, entry, &raw)
                     .map(|_| raw)
@@ -411,9 +426,10 @@ impl Dataset {
                     tracing::debug!(
                         shard,
                         check_ms = checking.elapsed().as_millis() as u64,
+                        staged = staged.is_some(),
                         "shard checked"
                     );
-                    return Ok(raw);
+                    return Ok((raw, staged));
                 }
                 Err(reason) => last = reason,
             }
@@ -428,13 +444,15 @@ impl Dataset {
 
     /// `key` (`size` bytes) as parallel ranged parts, into a buffer of `permit` (else fresh
     /// memory). A `hashless` shard is checked by its ETag, whose MD5 is computed while the
-    /// parts arrive.
+    /// parts arrive; what arrived with the last part is hashed after, while `stage` (if
+    /// given) writes the bytes to disk on another thread.
     fn download_in_parts(
         &self,
         key: &ObjectKey,
         size: u64,
         hashless: bool,
         permit: Option<&DownloadPermit>,
+        stage: Option<Stager<'_>>,
     ) -> Result<Download, StoreError> {
         let len = usize::try_from(size).map_err(|_| StoreError::Other {
             url: self.store.url_of(key),
@@ -450,15 +468,45 @@ impl Dataset {
                 self.part_size.load(std::sync::atomic::Ordering::Relaxed),
             )
         });
-        let tag = self
-            .store
-            .get_in_parts(key, &mut whole, self.fetch_part_size, &mut |t, b| {
-                if let Some(d) = digest.as_mut() {
-                    d.update(t, b);
+        // Bytes the digest saw while parts were still on their way.
+        let mut seen = 0usize;
+        let tag = self.store.get_in_parts(
+            key,
+            &mut whole,
+            self.fetch_part_size,
+            &mut |t, b, all_in| {
+                if !all_in {
+                    if let Some(d) = digest.as_mut() {
+                        d.update(t, b);
+                    }
+                    seen += b.len();
                 }
-            })?;
+            },
+        )?;
+        let bytes: &[u8] = &whole;
+        let staged = std::thread::scope(|s| {
+            let writer = stage.map(|f| s.spawn(move || f(bytes)));
+            if let Some(d) = digest.as_mut() {
+                if let Some(rest) = bytes.get(seen..).filter(|r| !r.is_empty()) {
+                    d.update(&tag, rest);
+                }
+            }
+            match writer.map(|w| w.join()) {
+                Some(Ok(Ok(staged))) => Some(staged),
+                Some(Ok(Err(e))) => {
+                    // The fill writes the shard again after the checks, and reports then.
+                    tracing::debug!(error = %e, "cannot stage a download beside its check");
+                    None
+                }
+                Some(Err(_)) => {
+                    tracing::warn!("staging a download panicked; writing it after the check");
+                    None
+                }
+                None => None,
+            }
+        });
         let streamed = digest.map(EtagDigest::finish).unwrap_or_default();
-        Ok(Download::Parts(whole, tag, streamed))
+        Ok(Download::Parts(whole, tag, streamed, staged))
     }
 
     /// One more attempt at a shard whose download in parts (`whole`, with the ETag `tag` its
@@ -505,7 +553,7 @@ impl Dataset {
             repaired = repair.verified,
             "fetched the parts of a damaged download again"
         );
-        Ok(Download::Parts(whole, tag, Streamed::default()))
+        Ok(Download::Parts(whole, tag, Streamed::default(), None))
     }
 
     /// The store's own check of a download of a shard index.json lists no hash for: its
@@ -591,8 +639,14 @@ impl Dataset {
 /// store's client.
 enum Download {
     /// Ranged parts written into a buffer of the download budget, the ETag they agreed on,
-    /// and its digest computed as they arrived (if it was).
-    Parts(DownloadBuffer, store::EtagMd5s, Streamed),
+    /// its digest computed as they arrived (if it was), and the bytes staged on disk with
+    /// their xxh3 (if they were).
+    Parts(
+        DownloadBuffer,
+        store::EtagMd5s,
+        Streamed,
+        Option<(Staged, u64)>,
+    ),
     /// One GET.
     Whole(store::Fetched),
 }
@@ -601,7 +655,7 @@ impl Download {
     /// What the store said about the bytes.
     fn sums(&self) -> TransferSums {
         match self {
-            Download::Parts(_, (md5, multipart_md5), streamed) => TransferSums {
+            Download::Parts(_, (md5, multipart_md5), streamed, _) => TransferSums {
                 md5: *md5,
                 multipart_md5: *multipart_md5,
                 // Checksum headers of a range are not the object's.
@@ -617,11 +671,19 @@ impl Download {
         }
     }
 
+    /// The staged file of the bytes and their xxh3, taken out.
+    fn take_staged(&mut self) -> Option<(Staged, u64)> {
+        match self {
+            Download::Parts(_, _, _, staged) => staged.take(),
+            Download::Whole(_) => None,
+        }
+    }
+
     /// The bytes, shared from here on; a buffer goes back to its budget when the last
     /// reference is gone.
     fn freeze(self) -> Bytes {
         match self {
-            Download::Parts(buffer, _, _) => Bytes::from_owner(buffer),
+            Download::Parts(buffer, _, _, _) => Bytes::from_owner(buffer),
             Download::Whole(f) => f.bytes,
         }
     }
@@ -631,11 +693,15 @@ impl std::ops::Deref for Download {
     type Target = [u8];
     fn deref(&self) -> &[u8] {
         match self {
-            Download::Parts(buffer, _, _) => buffer,
+            Download::Parts(buffer, _, _, _) => buffer,
             Download::Whole(f) => &f.bytes,
         }
     }
 }
+
+/// Writes bytes about to be checked to a staged file (see [`Dataset::fetch_shard_into`]):
+/// the staged file and the bytes' xxh3-64.
+pub(super) type Stager<'a> = &'a (dyn Fn(&[u8]) -> Result<(Staged, u64), CacheError> + Sync);
 
 /// What the store said about a download's bytes, for [`Dataset::transfer_check`].
 struct TransferSums {

@@ -27,6 +27,22 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// Version of the layout; bump when it changes so old folders are ignored, not misread.
 pub const LAYOUT_VERSION: &str = "v1";
 
+/// A file written under `tmp/` by [`Layout::stage`], not renamed into place yet; removed when
+/// dropped uncommitted.
+#[derive(Debug)]
+pub(crate) struct Staged {
+    path: PathBuf,
+    sync: Durability,
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if !self.path.as_os_str().is_empty() {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
 /// Paths of one dataset's cache folder.
 #[derive(Debug, Clone)]
 pub(crate) struct Layout {
@@ -165,40 +181,57 @@ impl Layout {
         tag: &str,
         sync: Durability,
     ) -> Result<(), CacheError> {
+        let staged = self.stage(data, tag, sync)?;
+        self.commit(staged, dest)
+    }
+
+    /// The first half of [`Layout::write_atomically`]: `data` written to a new file under
+    /// `tmp/` (named after `tag`), to be renamed into place by [`Layout::commit`] once its
+    /// bytes are known good, or removed (when the [`Staged`] is dropped).
+    pub fn stage(&self, data: &[u8], tag: &str, sync: Durability) -> Result<Staged, CacheError> {
         static SEQ: AtomicU64 = AtomicU64::new(0);
-        let tmp = self.tmp.join(format!(
-            "{tag}.{}.{}.part",
-            std::process::id(),
-            SEQ.fetch_add(1, Ordering::Relaxed)
-        ));
-        let result = (|| {
-            if sync == Durability::Direct && direct::is_aligned(data) {
-                match direct::write_new(&tmp, data) {
-                    Ok(()) => return self.rename_into(&tmp, dest, sync),
-                    // EINVAL: alignments this file system does not take; write it the usual way.
-                    Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
-                        tracing::debug!(path = %tmp.display(), "direct write refused; writing through the page cache");
-                        let _ = fs::remove_file(&tmp);
-                    }
-                    Err(e) => return Err(CacheError::io("write", &tmp, e)),
+        let staged = Staged {
+            path: self.tmp.join(format!(
+                "{tag}.{}.{}.part",
+                std::process::id(),
+                SEQ.fetch_add(1, Ordering::Relaxed)
+            )),
+            sync,
+        };
+        let tmp = &staged.path;
+        if sync == Durability::Direct && direct::is_aligned(data) {
+            match direct::write_new(tmp, data) {
+                Ok(()) => return Ok(staged),
+                // EINVAL: alignments this file system does not take; write it the usual way.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    tracing::debug!(path = %tmp.display(), "direct write refused; writing through the page cache");
+                    let _ = fs::remove_file(tmp);
                 }
+                Err(e) => return Err(CacheError::io("write", tmp, e)),
             }
-            let mut f = {
-                use std::os::unix::fs::OpenOptionsExt;
-                OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .open(&tmp)
-                    .map_err(|e| CacheError::io("create", &tmp, e))?
-            };
-            f.write_all(data)
-                .map_err(|e| CacheError::io("write", &tmp, e))?;
-            if sync == Durability::Synced {
-                f.sync_all().map_err(|e| CacheError::io("fsync", &tmp, e))?;
-            }
-            self.rename_into(&tmp, dest, sync)
-        })();
+        }
+        let mut f = {
+            use std::os::unix::fs::OpenOptionsExt;
+            OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(tmp)
+                .map_err(|e| CacheError::io("create", tmp, e))?
+        };
+        f.write_all(data)
+            .map_err(|e| CacheError::io("write", tmp, e))?;
+        if sync == Durability::Synced {
+            f.sync_all().map_err(|e| CacheError::io("fsync", tmp, e))?;
+        }
+        Ok(staged)
+    }
+
+    /// Renames a staged file to `dest` (creating its folder), fsyncing the folder when it was
+    /// staged [`Durability::Synced`]. A failed commit removes the staged file.
+    pub fn commit(&self, mut staged: Staged, dest: &Path) -> Result<(), CacheError> {
+        let tmp = std::mem::take(&mut staged.path);
+        let result = self.rename_into(&tmp, dest, staged.sync);
         if result.is_err() {
             let _ = fs::remove_file(&tmp);
         }
@@ -250,5 +283,33 @@ impl Layout {
             }
         }
         Ok(out)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_staged_file_is_renamed_into_place_when_committed_and_removed_when_dropped() {
+        let dir = tempfile::tempdir().unwrap();
+        let layout = Layout::new(dir.path(), "k");
+        let _lock = layout.prepare(b"{}").unwrap();
+        let tmp_files = || fs::read_dir(&layout.tmp).unwrap().count();
+        let key = ObjectKey::new("d/shard.00000.mds").unwrap();
+        let dest = layout.shard_path(&key);
+        for sync in [Durability::Unsynced, Durability::Direct] {
+            let data = direct::AlignedBuf::zeroed(3 << 12).unwrap();
+            let staged = layout.stage(&data, "shard0", sync).unwrap();
+            assert_eq!(tmp_files(), 1);
+            assert!(!dest.exists(), "not in place before the commit");
+            drop(staged);
+            assert_eq!(tmp_files(), 0, "dropped uncommitted: removed");
+            let staged = layout.stage(b"shard bytes", "shard0", sync).unwrap();
+            layout.commit(staged, &dest).unwrap();
+            assert_eq!(tmp_files(), 0);
+            assert_eq!(fs::read(&dest).unwrap(), b"shard bytes");
+            fs::remove_file(&dest).unwrap();
+        }
     }
 }

@@ -85,6 +85,13 @@ impl MemoryTier {
             .get(&(shard, i, Provenance::Verified))
     }
 
+    /// Whether the verified bytes of sample `i` of `shard` are held (not counted as a use).
+    pub fn contains_sample(&self, shard: usize, i: u32) -> bool {
+        self.samples
+            .as_ref()
+            .is_some_and(|s| s.contains_key(&(shard, i, Provenance::Verified)))
+    }
+
     /// Sample bytes, verified if held, else from a ranged read.
     pub fn sample_any(&self, shard: usize, i: u32) -> Option<Bytes> {
         let s = self.samples.as_ref()?;

@@ -27,6 +27,9 @@
 //! - **Hot headers and samples stay in memory** (moka, bounded in bytes by its share of
 //!   `--memory-limit`, which also bounds the shards being downloaded),
 //!   and `header()` of an uncompressed remote shard costs one ranged GET, not a download.
+//! - **What the readahead says comes next is read ahead.** Its advice becomes a
+//!   `posix_fadvise` for files read through the page cache, or a read into memory on a few
+//!   threads of our own for files read past it (`preload.rs`).
 //!
 //! The API is blocking because its callers are FUSE worker threads; store I/O runs on the
 //! store's own runtime.
@@ -40,6 +43,7 @@ mod layout;
 mod memory;
 mod options;
 mod policy;
+mod preload;
 mod shard_cache;
 mod stats;
 
@@ -48,5 +52,6 @@ pub use error::CacheError;
 pub use layout::LAYOUT_VERSION;
 pub use options::{default_cache_dir, CacheOptions, IoMode};
 pub use policy::{Candidate, EvictionContext, EvictionPolicy, LruPolicy};
+pub use preload::Advice;
 pub use shard_cache::{ShardCache, ShardHandle};
 pub use stats::CacheStats;

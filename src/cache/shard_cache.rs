@@ -7,6 +7,7 @@ use super::io::{self, FileReader};
 use super::layout::{Durability, Layout};
 use super::memory::{MemoryTier, Provenance};
 use super::policy::{Candidate, EvictionContext, EvictionPolicy, LruPolicy};
+use super::preload::{Advice, Preloaded};
 use super::stats::{CacheStats, Counters};
 use super::{CacheError, CacheOptions};
 use crate::mds::ShardHeader;
@@ -14,6 +15,7 @@ use crate::store::ObjectKey;
 use bytes::Bytes;
 use std::collections::HashMap;
 use std::fs::File;
+use std::ops::Range;
 use std::sync::mpsc;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Instant;
@@ -175,6 +177,11 @@ pub struct ShardCache {
     /// own files hold the bytes readers read in RAM, once (see `io::direct`).
     direct: bool,
     memory: MemoryTier,
+    /// Samples the readahead asked for, read from direct-I/O files ahead of their reader.
+    preloaded: Arc<Preloaded>,
+    /// Reads ahead for the preload threads; `None` when cached files go through the page
+    /// cache (the advice is then `posix_fadvise`).
+    preload_tx: Mutex<Option<mpsc::SyncSender<PreloadJob>>>,
     counters: Arc<Counters>,
     prefetch_tx: Mutex<Option<mpsc::Sender<usize>>>,
     /// What each resident shard's bytes must hash to, and the file state last found to match.
@@ -340,9 +347,13 @@ impl ShardCache {
             .filter(|s| matches!(s, Slot::Resident { .. }))
             .count();
         tracing::info!(dir = %layout.root.display(), adopted, usage, "shard cache opened");
+        // With direct I/O, part of the memory tier's share holds samples read ahead instead.
+        let preload_cap = if direct { opts.memory_limit / 8 * 3 } else { 0 };
         let cache = Arc::new(ShardCache {
             counters: dataset.counters.clone(),
-            memory: MemoryTier::new(opts.memory_limit),
+            memory: MemoryTier::new(opts.memory_limit - preload_cap),
+            preloaded: Arc::new(Preloaded::new(preload_cap)),
+            preload_tx: Mutex::new(None),
             dataset,
             layout,
             keys,
@@ -389,6 +400,9 @@ impl ShardCache {
             }
         }
         cache.start_prefetchers();
+        if direct && preload_cap > 0 {
+            cache.start_preloaders();
+        }
         Ok(cache)
     }
 
@@ -638,6 +652,13 @@ impl ShardCache {
             Counters::add(&self.counters.memory_hits, 1);
             return Ok(b);
         }
+        if let Some(b) = self.preloaded.take((shard, i)) {
+            // Kept in the tier from here, for the sample's other columns.
+            Counters::add(&self.counters.preload_hits, 1);
+            self.memory
+                .put_sample(shard, i, Provenance::Verified, b.clone());
+            return Ok(b);
+        }
         if let Some(b) = self.sample_from_flight(shard, i)? {
             // A read that waited for its shard's download.
             Counters::add(&self.counters.disk_misses, 1);
@@ -658,25 +679,25 @@ impl ShardCache {
     /// as a use of the sample in the tier's admission policy, and advising pages already in
     /// the page cache costs little.) Nothing to do either when cached files bypass the page
     /// cache.
-    pub fn advise_sample(&self, shard: usize, i: u32) -> bool {
-        if self.direct {
-            return false;
-        }
+    pub fn advise_sample(&self, shard: usize, i: u32) -> Advice {
         let Some(header) = self.memory.header(shard) else {
-            return false;
+            return Advice::Skipped;
         };
         let Ok(range) = header.sample_range(i) else {
-            return false;
+            return Advice::Skipped;
         };
         let file = match self.lock().slots.get(shard) {
             Some(Slot::Resident { file: Some(f), .. }) => f.clone(),
-            _ => return false,
+            _ => return Advice::Skipped,
         };
+        if self.direct {
+            return self.preload(shard, i, file, range);
+        }
         let (Ok(offset), Ok(len)) = (
             libc::off_t::try_from(range.start),
             libc::off_t::try_from(range.end.saturating_sub(range.start)),
         ) else {
-            return false;
+            return Advice::Skipped;
         };
         use std::os::fd::AsRawFd;
         // SAFETY: the descriptor is open for as long as `file` lives; the call reads no memory.
@@ -685,8 +706,71 @@ impl ShardCache {
         };
         if rc == 0 {
             Counters::add(&self.counters.advised, 1);
+            Advice::Started
+        } else {
+            Advice::Skipped
         }
-        rc == 0
+    }
+
+    /// Queues a read of sample `i` of `shard` (bytes `range` of `file`) into
+    /// [`Preloaded`], when the file is trusted as it is now (checked against its recorded
+    /// xxh3 in this process, or written by it), the sample is not in memory yet, and there is
+    /// room.
+    fn preload(&self, shard: usize, i: u32, file: Arc<File>, range: Range<u64>) -> Advice {
+        if self.memory.contains_sample(shard, i) {
+            return Advice::Skipped;
+        }
+        let Ok(meta) = file.metadata() else {
+            return Advice::Skipped;
+        };
+        let trusted = match self
+            .trust
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&shard)
+        {
+            Some(t) => t.verified == Some(FileStamp::of(&meta)),
+            None => true,
+        };
+        if !trusted || range.end > meta.len() {
+            return Advice::Skipped;
+        }
+        let len = range.end - range.start;
+        let advice = self.preloaded.reserve((shard, i), len);
+        if advice != Advice::Started {
+            return advice;
+        }
+        let job = PreloadJob {
+            shard,
+            i,
+            file,
+            range,
+        };
+        let sent = match self
+            .preload_tx
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .as_ref()
+        {
+            Some(tx) => tx
+                .try_send(job)
+                .map_err(|e| matches!(e, mpsc::TrySendError::Full(_))),
+            None => Err(false),
+        };
+        match sent {
+            Ok(()) => {
+                Counters::add(&self.counters.advised, 1);
+                Advice::Started
+            }
+            Err(full) => {
+                self.preloaded.cancel((shard, i));
+                if full {
+                    Advice::Full
+                } else {
+                    Advice::Skipped
+                }
+            }
+        }
     }
 
     /// Sample `i` without filling the disk tier: memory, else the verified bytes of a fill in
@@ -773,6 +857,12 @@ impl ShardCache {
             fill_failures: Counters::load(&c.fill_failures),
             disk_write_failures: Counters::load(&c.disk_write_failures),
             samples_advised: Counters::load(&c.advised),
+            samples_read_ahead: Counters::load(&c.preloaded),
+            read_ahead_hits: Counters::load(&c.preload_hits),
+            read_ahead_bytes: self.preloaded.bytes(),
+            read_ahead_full: self.preloaded.stats().full,
+            read_ahead_late: self.preloaded.stats().late,
+            read_ahead_unused: self.preloaded.stats().unused,
             verify_failures: Counters::load(&c.verify_failures),
             repaired_downloads: Counters::load(&c.repaired_downloads),
             parts_refetched: Counters::load(&c.parts_refetched),
@@ -887,14 +977,14 @@ impl ShardCache {
         let mut st = self.lock();
         st.reserved = st.reserved.saturating_sub(need);
         match result {
-            Ok(bytes) => {
+            Ok((bytes, file)) => {
                 st.clock += 1;
                 let last_use = st.clock;
                 st.slots[shard] = Slot::Resident {
                     bytes,
                     pins: u32::from(pin),
                     last_use,
-                    file: None,
+                    file,
                 };
                 st.usage = st.usage.saturating_add(bytes);
                 drop(st);
@@ -960,14 +1050,15 @@ impl ShardCache {
     }
 
     /// Downloads, verifies, decompresses and writes one shard (of `size` uncompressed bytes)
-    /// atomically. Returns its size.
+    /// atomically. Returns its size, and the written file opened for reading (when it could
+    /// be: its first read then need not open it, and the readahead can read it ahead).
     fn fill(
         &self,
         shard: usize,
         size: u64,
         demand: bool,
         flight: &Flight,
-    ) -> Result<u64, CacheError> {
+    ) -> Result<(u64, Option<Arc<File>>), CacheError> {
         // A read waits for it: its download goes before the readahead's, in download memory
         // and in connections.
         let urgency = if demand {
@@ -978,9 +1069,24 @@ impl ShardCache {
         let memory = self.downloads.acquire(size, urgency);
         let _demand = crate::store::demand_scope(demand);
         let started = Instant::now();
-        let raw = self
-            .dataset
-            .fetch_shard_into(shard, self.opts.verify_attempts, Some(&memory))?;
+        let key = self.key(shard)?;
+        let durability = if self.direct {
+            Durability::Direct
+        } else {
+            Durability::Unsynced
+        };
+        let tag = format!("shard{shard}");
+        // Written to disk on a thread of its own while its last bytes are hashed.
+        let stage = |bytes: &[u8]| {
+            let sum = xxhash_rust::xxh3::xxh3_64(bytes);
+            self.layout.stage(bytes, &tag, durability).map(|s| (s, sum))
+        };
+        let (raw, staged) = self.dataset.fetch_shard_into(
+            shard,
+            self.opts.verify_attempts,
+            Some(&memory),
+            Some(&stage),
+        )?;
         let fetched_in = started.elapsed();
         self.counters.fetch_latency.observe(fetched_in);
         if let Ok(h) = ShardHeader::parse(&raw) {
@@ -988,20 +1094,14 @@ impl ShardCache {
                 .put_header(shard, Provenance::Verified, Arc::new(h));
         }
         flight.publish(raw.clone());
-        let key = self.key(shard)?;
         let dest = self.layout.shard_path(key);
-        let sum = xxhash_rust::xxh3::xxh3_64(&raw);
-        let written = self.layout.write_sum(key, sum).and_then(|()| {
-            self.layout.write_atomically(
-                &raw,
-                &dest,
-                &format!("shard{shard}"),
-                if self.direct {
-                    Durability::Direct
-                } else {
-                    Durability::Unsynced
-                },
-            )
+        let sum = match &staged {
+            Some((_, sum)) => *sum,
+            None => xxhash_rust::xxh3::xxh3_64(&raw),
+        };
+        let written = self.layout.write_sum(key, sum).and_then(|()| match staged {
+            Some((file, _)) => self.layout.commit(file, &dest),
+            None => self.layout.write_atomically(&raw, &dest, &tag, durability),
         });
         if let Err(e) = written {
             // A full or failing cache disk: the verified bytes are in hand, so readers can
@@ -1018,7 +1118,16 @@ impl ShardCache {
             return Err(e);
         }
         // Written and checked just now: trusted as it is on disk.
-        let verified = std::fs::metadata(&dest).ok().map(|m| FileStamp::of(&m));
+        let opened = if self.direct {
+            io::direct::open_read(&dest)
+        } else {
+            File::open(&dest)
+        };
+        let (file, meta) = match opened.and_then(|f| f.metadata().map(|m| (f, m))) {
+            Ok((f, m)) => (Some(Arc::new(f)), Some(m)),
+            Err(_) => (None, std::fs::metadata(&dest).ok()),
+        };
+        let verified = meta.map(|m| FileStamp::of(&m));
         self.trust
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -1031,7 +1140,7 @@ impl ShardCache {
             total_ms = started.elapsed().as_millis() as u64,
             "shard cached"
         );
-        Ok(raw.len() as u64)
+        Ok((raw.len() as u64, file))
     }
 
     /// Puts every sample of a verified shard into the memory tier when it fits in half of
@@ -1221,12 +1330,65 @@ impl ShardCache {
         }
         *self.prefetch_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
     }
+
+    /// Starts the threads that read samples ahead into [`Preloaded`]: enough of them to keep
+    /// a few disk reads in flight (a direct read takes ~120 µs and the disk serves several
+    /// at once), behind a queue as deep as the readahead's advice runs.
+    fn start_preloaders(self: &Arc<Self>) {
+        let (tx, rx) = mpsc::sync_channel::<PreloadJob>(PRELOAD_QUEUE);
+        let rx = Arc::new(Mutex::new(rx));
+        for n in 0..PRELOAD_THREADS {
+            let rx = rx.clone();
+            let preloaded = self.preloaded.clone();
+            let counters = self.counters.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("shardfs-preload-{n}"))
+                .spawn(move || loop {
+                    let job = rx.lock().unwrap_or_else(|p| p.into_inner()).recv();
+                    let Ok(job) = job else { return };
+                    let key = (job.shard, job.i);
+                    if !preloaded.begin(key) {
+                        continue;
+                    }
+                    let len = usize::try_from(job.range.end - job.range.start).unwrap_or(0);
+                    match io::direct::read_exact_at(&job.file, job.range.start, len) {
+                        Ok(b) => {
+                            Counters::add(&counters.preloaded, 1);
+                            preloaded.put(key, b);
+                        }
+                        Err(e) => {
+                            // The reader will read it itself, and see the error if it stays.
+                            tracing::debug!(shard = job.shard, sample = job.i, error = %e, "read ahead failed");
+                            preloaded.cancel(key);
+                        }
+                    }
+                });
+            if let Err(e) = spawned {
+                tracing::warn!(error = %e, "cannot start preload thread");
+            }
+        }
+        *self.preload_tx.lock().unwrap_or_else(|p| p.into_inner()) = Some(tx);
+    }
 }
+
+/// A sample to read ahead: bytes `range` of the open cached `file` of `shard`.
+struct PreloadJob {
+    shard: usize,
+    i: u32,
+    file: Arc<File>,
+    range: Range<u64>,
+}
+
+/// Threads reading samples ahead (direct I/O only).
+const PRELOAD_THREADS: usize = 4;
+/// Reads ahead queued for them at most.
+const PRELOAD_QUEUE: usize = 1024;
 
 impl Drop for ShardCache {
     fn drop(&mut self) {
-        // Closing the channel ends the prefetch threads.
+        // Closing the channels ends the prefetch and preload threads.
         self.prefetch_tx.get_mut().map(|t| t.take()).ok();
+        self.preload_tx.get_mut().map(|t| t.take()).ok();
     }
 }
 

@@ -36,6 +36,20 @@ pub struct CacheStats {
     /// Samples of cached shards the kernel was asked to read ahead into the page cache
     /// (the readahead's disk-tier advice).
     pub samples_advised: u64,
+    /// Samples of direct-I/O cached files read into memory ahead of their reader (the same
+    /// advice when the page cache is bypassed).
+    pub samples_read_ahead: u64,
+    /// Sample reads answered by a sample read ahead.
+    pub read_ahead_hits: u64,
+    /// Bytes of samples read ahead, or being read, not taken yet (within a share of the
+    /// memory tier's part of `--memory-limit`).
+    pub read_ahead_bytes: u64,
+    /// Reads ahead not started for want of room (tried again later).
+    pub read_ahead_full: u64,
+    /// Reads ahead called off because their reader came first.
+    pub read_ahead_late: u64,
+    /// Samples read ahead that nobody took (dropped to make room).
+    pub read_ahead_unused: u64,
     /// Bytes of shards currently on disk.
     pub usage_bytes: u64,
     /// The disk budget (`u64::MAX` when unlimited).
@@ -74,6 +88,8 @@ pub(crate) struct Counters {
     pub parts_refetched: AtomicU64,
     pub disk_write_failures: AtomicU64,
     pub advised: AtomicU64,
+    pub preloaded: AtomicU64,
+    pub preload_hits: AtomicU64,
     /// How long whole-shard downloads (with verification) took.
     pub fetch_latency: crate::latency::LatencyHistogram,
 }

@@ -208,6 +208,16 @@ fn families(status: &Value) -> Vec<(&'static str, &'static str, Family)> {
         Family::Counter(one(&ra["samples_advised"])),
     ));
     out.push((
+        "shardfs_samples_read_ahead",
+        "Samples of cached shards read into memory ahead of their readers (cache files read past the page cache).",
+        Family::Counter(per_stream("samples_read_ahead")),
+    ));
+    out.push((
+        "shardfs_read_ahead_hits",
+        "Sample reads answered by a sample read ahead.",
+        Family::Counter(per_stream("read_ahead_hits")),
+    ));
+    out.push((
         "shardfs_fetches_in_flight",
         "Readahead fetches running now.",
         Family::Gauge(one(&ra["fetches_in_flight"])),

@@ -32,7 +32,8 @@ pub struct MountConfig {
     /// Most bytes of shards held in memory (default 256MiB, shared by all streams): shards
     /// being downloaded take at most half (their buffers are kept for the next downloads within
     /// that half, and freed after 30 s unused), the memory tier of headers and samples in front
-    /// of the disk cache the rest. 0 turns the tier off (downloads then take 4 x
+    /// of the disk cache the rest (3/8 of it for samples read ahead of their readers when the
+    /// cache files bypass the page cache). 0 turns the tier off (downloads then take 4 x
     /// --fetch-concurrency x --fetch-part-size).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub memory_limit: Option<u64>,

@@ -51,6 +51,7 @@ mod policy;
 pub use orders::{EpochOrders, OrderCache, OrderSource, RankOrder, MIN_KEEP_EPOCHS};
 pub use policy::FurthestNextUse;
 
+use crate::cache::Advice;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
@@ -108,11 +109,11 @@ pub trait ShardSource: Send + Sync {
     /// Makes the shard resident, blocking until it is (does not keep it pinned); may return
     /// `Ok` without fetching when the cache has no room for it now (a prefetch never waits).
     fn fetch(&self, shard: u32) -> Result<(), String>;
-    /// Starts loading global sample `sample` from local disk into the page cache when its
-    /// shard is resident (a hint: never blocks, never fetches). False when nothing was
-    /// started (not resident, already in memory, no local file).
-    fn advise(&self, _sample: u64) -> bool {
-        false
+    /// Starts loading global sample `sample` from local disk into memory when its shard is
+    /// resident (a hint: never blocks, never fetches). [`Advice::Full`] asks to be asked again
+    /// later: the rank's advice stops there until readers have taken some.
+    fn advise(&self, _sample: u64) -> Advice {
+        Advice::Skipped
     }
 }
 
@@ -674,6 +675,7 @@ impl Inner {
                 _ => (epoch, pos.saturating_add(1)),
             };
             let mut orders: Option<(u64, Option<RankOrder>)> = None;
+            let mut full = false;
             loop {
                 let ahead = if e == epoch {
                     p.saturating_sub(pos)
@@ -699,14 +701,30 @@ impl Inner {
                     p = 0;
                     continue;
                 };
-                if self.shards.advise(sample) {
-                    self.advised.fetch_add(1, Relaxed);
+                match self.shards.advise(sample) {
+                    Advice::Started => {
+                        self.advised.fetch_add(1, Relaxed);
+                    }
+                    Advice::Skipped => {}
+                    // This position again on the next pass.
+                    Advice::Full => {
+                        full = true;
+                        break;
+                    }
                 }
                 p += 1;
             }
             *mark = (e, p);
-            c.advised_to
-                .store(if e == epoch { p } else { u64::MAX }, Relaxed);
+            // When full, the next pass comes after as many reads as a full window's would
+            // (not on the next read), from where this one stopped.
+            let to = if full {
+                pos.saturating_add(ADVISE_AHEAD)
+            } else if e == epoch {
+                p
+            } else {
+                u64::MAX
+            };
+            c.advised_to.store(to, Relaxed);
         }
     }
 

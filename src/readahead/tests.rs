@@ -9,6 +9,8 @@ struct Counting {
     resident: Mutex<HashSet<u32>>,
     fetches: Mutex<Vec<u32>>,
     advised: Mutex<Vec<u64>>,
+    /// Advice taken at most (then `Full`), when set.
+    room: Mutex<Option<usize>>,
 }
 
 impl ShardSource for Counting {
@@ -26,12 +28,21 @@ impl ShardSource for Counting {
         self.resident.lock().unwrap().insert(shard);
         Ok(())
     }
-    fn advise(&self, sample: u64) -> bool {
-        let resident = self.is_resident((sample / self.per_shard) as u32);
-        if resident {
-            self.advised.lock().unwrap().push(sample);
+    fn advise(&self, sample: u64) -> Advice {
+        if !self.is_resident((sample / self.per_shard) as u32) {
+            return Advice::Skipped;
         }
-        resident
+        let mut advised = self.advised.lock().unwrap();
+        if self
+            .room
+            .lock()
+            .unwrap()
+            .is_some_and(|n| advised.len() >= n)
+        {
+            return Advice::Full;
+        }
+        advised.push(sample);
+        Advice::Started
     }
 }
 
@@ -69,6 +80,7 @@ fn setup_counting(
         resident: Mutex::new(HashSet::new()),
         fetches: Mutex::new(Vec::new()),
         advised: Mutex::new(Vec::new()),
+        room: Mutex::new(None),
     });
     let ranks = orders.len();
     let ra = Readahead::new(
@@ -389,6 +401,7 @@ fn the_walk_stops_at_the_last_epoch_the_job_reads() {
             resident: Mutex::new(HashSet::new()),
             fetches: Mutex::new(Vec::new()),
             advised: Mutex::new(Vec::new()),
+            room: Mutex::new(None),
         });
         let ra = Readahead::new(
             Box::new(Fixed(vec![(0..100).collect()], computed)),
@@ -453,6 +466,27 @@ fn samples_ahead_of_the_reader_are_advised_once_each_into_the_next_epoch() {
     settle(&ra);
     let after = src.advised.lock().unwrap().clone();
     assert_eq!(after.get(advised.len()..), Some(&order[1..=ahead]));
+}
+
+#[test]
+fn advice_that_finds_no_room_stops_there_and_goes_on_from_there_later() {
+    // Room for 50 samples read ahead: the advice stops at position 50, skips nothing, and
+    // picks up at 51 once there is room again and the reader has moved on.
+    let order: Vec<u64> = (0..600).rev().collect();
+    let (ra, src) = setup(vec![order.clone()], 1 << 40);
+    src.resident.lock().unwrap().extend(0..60);
+    *src.room.lock().unwrap() = Some(50);
+    ra.on_read(0, 0, 0);
+    settle(&ra);
+    assert_eq!(src.advised.lock().unwrap().clone(), order[1..=50].to_vec());
+    // Room again; the reader moves on a step.
+    *src.room.lock().unwrap() = Some(100);
+    for p in 1..=ADVISE_STEP {
+        ra.on_read(0, 0, p);
+    }
+    settle(&ra);
+    let advised = src.advised.lock().unwrap().clone();
+    assert_eq!(advised, order[1..=100].to_vec(), "on from position 51");
 }
 
 #[test]

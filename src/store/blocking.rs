@@ -96,7 +96,7 @@ impl BlockingStore {
         key: &ObjectKey,
         whole: &mut [u8],
         part_size: u64,
-        in_order: &mut dyn FnMut(&super::EtagMd5s, &[u8]),
+        in_order: &mut dyn FnMut(&super::EtagMd5s, &[u8], bool),
     ) -> Result<super::EtagMd5s, StoreError> {
         // The future runs on this thread (block_on), so `in_order` does too: a checksum fed
         // by it uses the thread that waits for the download anyway.

@@ -24,8 +24,9 @@ use futures::stream::{FuturesUnordered, StreamExt};
 ///
 /// `in_order` sees the object's bytes in order while the download goes on: each part once,
 /// as soon as it and every part before it have arrived, with the ETag of the first part to
-/// arrive (a checksum can then run beside the download instead of after it). When the call
-/// fails, what `in_order` saw is void.
+/// arrive (a checksum can then run beside the download instead of after it), and whether
+/// every part has arrived by then (the caller may rather take those last bytes from `whole`
+/// after the call, on threads of its own). When the call fails, what `in_order` saw is void.
 ///
 /// The caller owns the buffer, so a daemon can hand the same few shard-sized buffers from
 /// download to download instead of mapping fresh memory each time. Every byte of `whole` is
@@ -36,7 +37,7 @@ pub async fn get_in_parts(
     key: &ObjectKey,
     whole: &mut [u8],
     part_size: u64,
-    in_order: &mut dyn FnMut(&EtagMd5s, &[u8]),
+    in_order: &mut dyn FnMut(&EtagMd5s, &[u8], bool),
 ) -> Result<EtagMd5s, StoreError> {
     let part_size = usize::try_from(part_size.max(1)).unwrap_or(usize::MAX);
     let mut agreed: Option<EtagMd5s> = None;
@@ -72,8 +73,9 @@ pub async fn get_in_parts(
         if let Some(slot) = arrived.get_mut(i) {
             *slot = Some(bytes);
         }
+        let all_in = pending.is_empty();
         while let Some(b) = arrived.get_mut(next).and_then(Option::take) {
-            in_order(first, b);
+            in_order(first, b, all_in);
             next += 1;
         }
     }
@@ -256,12 +258,17 @@ mod tests {
             // Stale bytes from an earlier use of the buffer are all overwritten.
             let mut got = vec![0xee; len];
             let mut seen = Vec::new();
-            let tag = get_in_parts(&m, &key, &mut got, part, &mut |_, b| {
-                seen.extend_from_slice(b)
+            let mut all_in = Vec::new();
+            let tag = get_in_parts(&m, &key, &mut got, part, &mut |_, b, last| {
+                seen.extend_from_slice(b);
+                all_in.push(last);
             })
             .await
             .expect("get");
             assert_eq!(seen, m.data, "in order, each byte once");
+            // Told once every part is in, and from then on.
+            assert!(all_in.windows(2).all(|w| w[0] <= w[1]), "{all_in:?}");
+            assert!(len == 0 || all_in.last() == Some(&true));
             assert_eq!(got, m.data, "len {len} part {part}");
             assert_eq!(m.reads.load(Ordering::SeqCst), len.div_ceil(part as usize));
             assert_eq!(tag.0, if len == 0 { None } else { Some([0; 16]) });
@@ -273,7 +280,7 @@ mod tests {
         let key = ObjectKey::new("shard.00000.mds").expect("key");
         let m = memory(1000, 14);
         let mut whole = vec![0u8; 1000];
-        let tag = get_in_parts(&m, &key, &mut whole, 100, &mut |_, _| {})
+        let tag = get_in_parts(&m, &key, &mut whole, 100, &mut |_, _, _| {})
             .await
             .expect("get");
         whole[350] ^= 1;
@@ -343,7 +350,7 @@ mod tests {
     async fn parts_of_two_versions_are_refused() {
         let key = ObjectKey::new("shard.00000.mds").expect("key");
         let m = memory(1000, 3);
-        let err = get_in_parts(&m, &key, &mut [0u8; 1000], 100, &mut |_, _| {})
+        let err = get_in_parts(&m, &key, &mut [0u8; 1000], 100, &mut |_, _, _| {})
             .await
             .expect_err("changed");
         assert!(matches!(err, StoreError::Changed { .. }), "{err}");
@@ -430,7 +437,7 @@ mod retry_tests {
         let store = ResilientStore::new(inner.clone(), &opts);
         let key = ObjectKey::new("shard.00000.mds").expect("key");
         let mut got = vec![0u8; 1000];
-        get_in_parts(&store, &key, &mut got, 300, &mut |_, _| {})
+        get_in_parts(&store, &key, &mut got, 300, &mut |_, _, _| {})
             .await
             .expect("get");
         assert_eq!(

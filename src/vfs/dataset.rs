@@ -12,7 +12,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::source::{ColumnFile, SampleSource, SourceError};
-use crate::cache::ShardCache;
+use crate::cache::{Advice, ShardCache};
 use crate::mds;
 use crate::readahead::ShardSource;
 
@@ -40,9 +40,9 @@ pub trait ShardStore: Send + Sync {
     /// Whether the shard can be read now without waiting for the store.
     fn is_resident(&self, shard: usize) -> bool;
     /// For readahead: starts loading sample `i` of a resident shard from local disk into
-    /// the page cache; never blocks. False when nothing was started.
-    fn advise(&self, _shard: usize, _i: u32) -> bool {
-        false
+    /// memory (the page cache, or samples read ahead); never blocks.
+    fn advise(&self, _shard: usize, _i: u32) -> Advice {
+        Advice::Skipped
     }
     /// Live counters for `status.json`.
     fn status(&self) -> serde_json::Value;
@@ -85,7 +85,7 @@ impl ShardStore for CachedShards {
     fn is_resident(&self, shard: usize) -> bool {
         self.0.is_resident(shard)
     }
-    fn advise(&self, shard: usize, i: u32) -> bool {
+    fn advise(&self, shard: usize, i: u32) -> Advice {
         self.0.advise_sample(shard, i)
     }
     fn source(&self) -> String {
@@ -291,9 +291,9 @@ impl ShardSource for MdsDataset {
             .unwrap_or(false)
     }
 
-    fn advise(&self, sample: u64) -> bool {
+    fn advise(&self, sample: u64) -> Advice {
         self.locate(sample)
-            .is_some_and(|(s, shard, i)| s.shards.advise(shard, i))
+            .map_or(Advice::Skipped, |(s, shard, i)| s.shards.advise(shard, i))
     }
 
     fn fetch(&self, shard: u32) -> Result<(), String> {
