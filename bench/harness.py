@@ -388,6 +388,8 @@ class Runner:
         self.procs, self.server, self.workdir = procs, server, workdir
         self.rows, self.notes = [], []
         self.can_drop = None
+        # Random O_DIRECT reads of the shardfs cache files after the warm pass (disk_ceiling).
+        self.disk_ceiling = None
 
     def prepare(self, pass_name, prewarm):
         """Drops the page cache (where permitted) and re-reads what the server serves."""
@@ -574,6 +576,12 @@ class Runner:
                         f.write(f"rank-0/epoch-{e}/{name}\t{st.st_size}\t{st.st_ino}\n")
         finally:
             self.fuse_done(p, mnt)
+        # The cache disk's ceiling for the warm pass, on the files it read.
+        warm = [r for r in self.rows if r["system"] == "shardfs" and r["pass"] == "warm"]
+        if warm and warm[0].get("samples"):
+            per_sample = warm[0]["payload_bytes"] // warm[0]["samples"]
+            self.disk_ceiling = {"read_bytes": per_sample,
+                                 "by_depth": disk_ceiling(cache, per_sample)}
         self.null_fuse(null_manifest)
 
     def null_fuse(self, manifest):
@@ -1022,6 +1030,69 @@ def server_table(curl):
     return "\n".join(lines)
 
 
+def disk_ceiling(folder, read_bytes, depths=(1, 4, 8), reads=4000):
+    """This machine's cache-disk ceiling for a warm pass: random reads of one sample's size
+    (rounded up to 4 KiB, at 4 KiB-aligned offsets) of the files under `folder` with
+    O_DIRECT (what shardfs does with its cache files), from `depth` threads at once.
+    {depth: {reads_per_s, mb_per_s}}, or {} when the files or O_DIRECT are not there.
+    Python threads (preadv releases the GIL); the reads are ~100 µs, the Python around
+    them a few."""
+    import mmap
+    import threading
+    files = []
+    for root, _, names in os.walk(folder):
+        for n in names:
+            path = os.path.join(root, n)
+            size = os.path.getsize(path)
+            if n.endswith(".mds") and size > 2 * read_bytes:
+                files.append((path, size))
+    if not files:
+        return {}
+    span = (read_bytes + 4095) // 4096 * 4096
+    try:
+        fds = [(os.open(p, os.O_RDONLY | os.O_DIRECT), size) for p, size in files]
+    except OSError:
+        return {}
+    out = {}
+    try:
+        for depth in depths:
+            rng = random.Random(depth)
+            plan = [(fd, rng.randrange(0, (size - span) // 4096) * 4096)
+                    for fd, size in (rng.choice(fds) for _ in range(reads))]
+            failed = []
+
+            def worker(part):
+                buf = mmap.mmap(-1, span)
+                try:
+                    for fd, off in part:
+                        os.preadv(fd, [buf], off)
+                except OSError as e:
+                    failed.append(e)
+            threads = [threading.Thread(target=worker, args=(plan[k::depth],))
+                       for k in range(depth)]
+            t = time.perf_counter()
+            for th in threads:
+                th.start()
+            for th in threads:
+                th.join()
+            wall = time.perf_counter() - t
+            if failed:
+                return {}
+            out[depth] = {"reads_per_s": reads / wall, "mb_per_s": reads * span / wall / 1e6}
+    finally:
+        for fd, _ in fds:
+            os.close(fd)
+    return out
+
+
+def disk_table(ceiling, read_bytes):
+    lines = [f"| cache disk: random O_DIRECT reads of {read_bytes / 1e3:.0f} KB "
+             "(one sample) | reads/s | MB/s |", "|---|---|---|"]
+    for depth, r in sorted(ceiling.items()):
+        lines.append(f"| {depth} at once | {r['reads_per_s']:.0f} | {r['mb_per_s']:.0f} |")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- main
 
 def parse_args(argv):
@@ -1125,6 +1196,7 @@ def main(argv):
         result["rows"] = runner.rows
         result["notes"] = runner.notes
         result["shardfs_status"] = runner.status
+        result["disk_ceiling"] = runner.disk_ceiling
         text = table(runner.rows)
         print(f"\n## shardfs benchmark, {result['date']}\n")
         print(f"dataset: {layout['generated']['samples']} samples, "
@@ -1133,6 +1205,9 @@ def main(argv):
               f"batch {args.batch_size}; link: {args.latency_ms} ms first-byte latency, "
               f"{args.bandwidth_mbps} Mbit/s per connection\n")
         print(server_table(result["server_curl"]) + "\n")
+        if runner.disk_ceiling and runner.disk_ceiling["by_depth"]:
+            print(disk_table(runner.disk_ceiling["by_depth"],
+                             runner.disk_ceiling["read_bytes"]) + "\n")
         print(text)
         if any(r["system"].startswith("shardfs ") for r in runner.rows):
             print("\n" + egress_table(runner.rows) + "\n")

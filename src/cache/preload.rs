@@ -102,6 +102,11 @@ impl Preloaded {
         }
     }
 
+    /// True when it may hold nothing (no room was given to it).
+    pub fn is_off(&self) -> bool {
+        self.cap == 0
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, Held> {
         self.held.lock().unwrap_or_else(|p| p.into_inner())
     }

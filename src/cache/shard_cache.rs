@@ -717,7 +717,7 @@ impl ShardCache {
     /// xxh3 in this process, or written by it), the sample is not in memory yet, and there is
     /// room.
     fn preload(&self, shard: usize, i: u32, file: Arc<File>, range: Range<u64>) -> Advice {
-        if self.memory.contains_sample(shard, i) {
+        if self.preloaded.is_off() || self.memory.contains_sample(shard, i) {
             return Advice::Skipped;
         }
         let Ok(meta) = file.metadata() else {
