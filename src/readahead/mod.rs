@@ -327,6 +327,8 @@ struct Inner {
     prefetch_errors: AtomicU64,
     plans: AtomicU64,
     advised: AtomicU64,
+    /// The rank the next advice pass starts with (see `advise`).
+    advise_first: AtomicU64,
 }
 
 /// The node's readahead scheduler: rank orders, cursors, the plan and the fetch workers.
@@ -361,6 +363,7 @@ impl Readahead {
             prefetch_errors: AtomicU64::new(0),
             plans: AtomicU64::new(0),
             advised: AtomicU64::new(0),
+            advise_first: AtomicU64::new(0),
         });
         let mut threads = Vec::new();
         let i = inner.clone();
@@ -642,8 +645,18 @@ impl Inner {
     /// the page cache, where their shards are on disk), each position once, continuing into
     /// the next epoch near the end of one. Cheap: a few lookups and one `posix_fadvise` per
     /// position, so it runs more often than a plan.
+    ///
+    /// When the room for samples read ahead runs out ([`Advice::Full`]), the ranks after the
+    /// one that found it full get nothing in that pass; the next pass starts with the first of
+    /// them, so on a node of many ranks no rank keeps the room to itself.
     fn advise(&self) {
-        for (r, c) in self.cursors.iter().enumerate() {
+        let ranks = self.cursors.len();
+        let first = (self.advise_first.load(Relaxed) as usize).min(ranks.saturating_sub(1));
+        // Whether some rank got advice in this pass, and the first one after it that found
+        // no room having got none.
+        let (mut some_got_advice, mut starved) = (false, None);
+        for r in (first..ranks).chain(0..first) {
+            let c = &self.cursors[r];
             c.advice_due.store(false, Relaxed);
             let pos = c.position.load(Relaxed);
             if pos == NO_POSITION {
@@ -675,7 +688,7 @@ impl Inner {
                 _ => (epoch, pos.saturating_add(1)),
             };
             let mut orders: Option<(u64, Option<RankOrder>)> = None;
-            let mut full = false;
+            let (mut full, mut started) = (false, false);
             loop {
                 let ahead = if e == epoch {
                     p.saturating_sub(pos)
@@ -704,6 +717,7 @@ impl Inner {
                 match self.shards.advise(sample) {
                     Advice::Started => {
                         self.advised.fetch_add(1, Relaxed);
+                        started = true;
                     }
                     Advice::Skipped => {}
                     // This position again on the next pass.
@@ -725,6 +739,13 @@ impl Inner {
                 u64::MAX
             };
             c.advised_to.store(to, Relaxed);
+            if full && !started && some_got_advice && starved.is_none() {
+                starved = Some(r);
+            }
+            some_got_advice |= started;
+        }
+        if let Some(r) = starved {
+            self.advise_first.store(r as u64, Relaxed);
         }
     }
 

@@ -490,6 +490,34 @@ fn advice_that_finds_no_room_stops_there_and_goes_on_from_there_later() {
 }
 
 #[test]
+fn when_advice_runs_out_of_room_the_next_pass_starts_with_another_rank() {
+    // Two ranks, room for 50 samples read ahead: the first pass fills it for one rank; once
+    // there is room again, the other rank is advised first.
+    let orders: Vec<Vec<u64>> = vec![(0..600).collect(), (1000..1600).collect()];
+    let (ra, src) = setup(orders, 1 << 40);
+    src.resident.lock().unwrap().extend(0..160);
+    *src.room.lock().unwrap() = Some(50);
+    ra.on_read(0, 0, 0);
+    ra.on_read(1, 0, 0);
+    settle(&ra);
+    let of_rank =
+        |advised: &[u64], r: u64| advised.iter().filter(|&&s| (s >= 1000) == (r == 1)).count();
+    let first = src.advised.lock().unwrap().clone();
+    assert_eq!(first.len(), 50);
+    *src.room.lock().unwrap() = Some(100);
+    for p in 1..=ADVISE_STEP {
+        ra.on_read(0, 0, p);
+        ra.on_read(1, 0, p);
+    }
+    settle(&ra);
+    let after = src.advised.lock().unwrap().clone();
+    assert_eq!(after.len(), 100);
+    for r in 0..2 {
+        assert!(of_rank(&after, r) > 0, "rank {r} got no advice: {after:?}");
+    }
+}
+
+#[test]
 fn samples_of_shards_not_on_disk_are_not_advised() {
     let (ra, src) = setup(vec![(0..100).collect()], 0);
     ra.on_read(0, 0, 0);
