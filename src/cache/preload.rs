@@ -171,9 +171,7 @@ impl Preloaded {
     /// Gives a reservation's room back (its read failed).
     pub fn cancel(&self, key: Key) {
         let mut h = self.lock();
-        if let Some(p) = h.pending.remove(&key) {
-            h.bytes = h.bytes.saturating_sub(p.len);
-        }
+        h.release(key);
         if h.waiters > 0 {
             self.done.notify_all();
         }
@@ -183,6 +181,10 @@ impl Preloaded {
     /// way (at most [`WAIT_FOR_READ`]). One still queued is called off: the caller reads
     /// the sample itself.
     pub fn take(&self, key: Key) -> Option<Bytes> {
+        if self.is_off() {
+            // Nothing is ever read ahead: no lock on the read path.
+            return None;
+        }
         let mut h = self.lock();
         if h.pending.get(&key).is_some_and(|p| p.reading) {
             let until = Instant::now() + WAIT_FOR_READ;
@@ -201,8 +203,7 @@ impl Preloaded {
             h.waiters -= 1;
         }
         let Some((b, _)) = h.entries.remove(&key) else {
-            if let Some(p) = h.pending.remove(&key) {
-                h.bytes = h.bytes.saturating_sub(p.len);
+            if h.release(key) {
                 self.late.fetch_add(1, Relaxed);
             }
             return None;
@@ -237,6 +238,16 @@ impl Preloaded {
 }
 
 impl Held {
+    /// Drops the reservation of `key` whose read has not finished, and its room; false when
+    /// there was none.
+    fn release(&mut self, key: Key) -> bool {
+        let Some(p) = self.pending.remove(&key) else {
+            return false;
+        };
+        self.bytes = self.bytes.saturating_sub(p.len);
+        true
+    }
+
     /// Forgets the order of entries taken already once they outnumber the live ones, so the
     /// order stays within a small multiple of what is held.
     fn compact(&mut self) {

@@ -465,24 +465,23 @@ impl ShardCache {
         meta: &std::fs::Metadata,
     ) -> Result<bool, CacheError> {
         let stamp = FileStamp::of(meta);
-        let lookup = |t: &Mutex<HashMap<usize, Trust>>| {
-            t.lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .get(&shard)
-                .copied()
-        };
-        match lookup(&self.trust) {
-            Some(t) if t.verified == Some(stamp) => return Ok(true),
-            None => return Ok(true),
-            Some(_) => {}
+        if self.trusted_as_is(shard, stamp) {
+            return Ok(true);
         }
         let _one = self.verifying.lock().unwrap_or_else(|p| p.into_inner());
-        let Some(t) = lookup(&self.trust) else {
-            return Ok(true);
-        };
-        if t.verified == Some(stamp) {
+        // Another thread may have checked it while this one waited.
+        if self.trusted_as_is(shard, stamp) {
             return Ok(true);
         }
+        let Some(t) = self
+            .trust
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&shard)
+            .copied()
+        else {
+            return Ok(true);
+        };
         let path = self.shard_path(shard)?;
         let got = hash_file(file, meta.len(), self.direct)
             .map_err(|e| CacheError::io("read", &path, e))?;
@@ -507,6 +506,26 @@ impl ShardCache {
         Ok(false)
     }
 
+    /// A cached shard file opened for reading, past the page cache when cached files are.
+    fn open_cached(&self, path: &std::path::Path) -> std::io::Result<File> {
+        if self.direct {
+            io::direct::open_read(path)
+        } else {
+            File::open(path)
+        }
+    }
+
+    /// Whether the cached file of `shard`, as `stamp` describes it now, is trusted without
+    /// hashing it: checked against its recorded xxh3 in this process and unchanged since (or
+    /// with no recorded xxh3 to check).
+    fn trusted_as_is(&self, shard: usize, stamp: FileStamp) -> bool {
+        self.trust
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&shard)
+            .is_none_or(|t| t.verified == Some(stamp))
+    }
+
     /// The open file of resident `shard`: the one kept in its slot, else opened now and kept.
     /// A kept file whose name was unlinked behind our back is dropped and the path reopened.
     fn resident_file(
@@ -525,11 +544,7 @@ impl ShardCache {
                 _ => tracing::debug!(shard, "cached file was unlinked; reopening its path"),
             }
         }
-        let f = Arc::new(if self.direct {
-            io::direct::open_read(path)?
-        } else {
-            File::open(path)?
-        });
+        let f = Arc::new(self.open_cached(path)?);
         let meta = f.metadata()?;
         if let Some(Slot::Resident { file, .. }) = self.lock().slots.get_mut(shard) {
             *file = Some(f.clone());
@@ -723,16 +738,7 @@ impl ShardCache {
         let Ok(meta) = file.metadata() else {
             return Advice::Skipped;
         };
-        let trusted = match self
-            .trust
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(&shard)
-        {
-            Some(t) => t.verified == Some(FileStamp::of(&meta)),
-            None => true,
-        };
-        if !trusted || range.end > meta.len() {
+        if !self.trusted_as_is(shard, FileStamp::of(&meta)) || range.end > meta.len() {
             return Advice::Skipped;
         }
         let len = range.end - range.start;
@@ -845,6 +851,7 @@ impl ShardCache {
                 }
             }
         }
+        let read_ahead = self.preloaded.stats();
         CacheStats {
             bytes_fetched: Counters::load(&c.bytes_fetched),
             shards_fetched: Counters::load(&c.shards_fetched),
@@ -860,9 +867,9 @@ impl ShardCache {
             samples_read_ahead: Counters::load(&c.preloaded),
             read_ahead_hits: Counters::load(&c.preload_hits),
             read_ahead_bytes: self.preloaded.bytes(),
-            read_ahead_full: self.preloaded.stats().full,
-            read_ahead_late: self.preloaded.stats().late,
-            read_ahead_unused: self.preloaded.stats().unused,
+            read_ahead_full: read_ahead.full,
+            read_ahead_late: read_ahead.late,
+            read_ahead_unused: read_ahead.unused,
             verify_failures: Counters::load(&c.verify_failures),
             repaired_downloads: Counters::load(&c.repaired_downloads),
             parts_refetched: Counters::load(&c.parts_refetched),
@@ -1118,11 +1125,7 @@ impl ShardCache {
             return Err(e);
         }
         // Written and checked just now: trusted as it is on disk.
-        let opened = if self.direct {
-            io::direct::open_read(&dest)
-        } else {
-            File::open(&dest)
-        };
+        let opened = self.open_cached(&dest);
         let (file, meta) = match opened.and_then(|f| f.metadata().map(|m| (f, m))) {
             Ok((f, m)) => (Some(Arc::new(f)), Some(m)),
             Err(_) => (None, std::fs::metadata(&dest).ok()),
