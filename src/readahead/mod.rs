@@ -647,14 +647,14 @@ impl Inner {
     /// position, so it runs more often than a plan.
     ///
     /// When the room for samples read ahead runs out ([`Advice::Full`]), the ranks after the
-    /// one that found it full get nothing in that pass; the next pass starts with the first of
-    /// them, so on a node of many ranks no rank keeps the room to itself.
+    /// one that filled it get nothing in that pass; the next pass starts with the rank after
+    /// the one that filled it, so on a node of many ranks no rank keeps the room to itself
+    /// (also when the others had no position yet when it filled the room).
     fn advise(&self) {
         let ranks = self.cursors.len();
         let first = (self.advise_first.load(Relaxed) as usize).min(ranks.saturating_sub(1));
-        // Whether some rank got advice in this pass, and the first one after it that found
-        // no room having got none.
-        let (mut some_got_advice, mut starved) = (false, None);
+        // The last rank in this pass that got advice until the room ran out.
+        let mut filled_by = None;
         for r in (first..ranks).chain(0..first) {
             let c = &self.cursors[r];
             c.advice_due.store(false, Relaxed);
@@ -739,13 +739,13 @@ impl Inner {
                 u64::MAX
             };
             c.advised_to.store(to, Relaxed);
-            if full && !started && some_got_advice && starved.is_none() {
-                starved = Some(r);
+            if full && started {
+                filled_by = Some(r);
             }
-            some_got_advice |= started;
         }
-        if let Some(r) = starved {
-            self.advise_first.store(r as u64, Relaxed);
+        // A pass in which no rank got advice keeps the order: its first rank was not served.
+        if let Some(r) = filled_by {
+            self.advise_first.store(((r + 1) % ranks) as u64, Relaxed);
         }
     }
 

@@ -518,6 +518,34 @@ fn when_advice_runs_out_of_room_the_next_pass_starts_with_another_rank() {
 }
 
 #[test]
+fn a_rank_that_arrives_after_another_filled_the_room_is_advised_first_next_time() {
+    // The same, with rank 1 reading only after rank 0's advice filled the room (the order in
+    // which the previous test's two first reads may also reach the planner).
+    let orders: Vec<Vec<u64>> = vec![(0..600).collect(), (1000..1600).collect()];
+    let (ra, src) = setup(orders, 1 << 40);
+    src.resident.lock().unwrap().extend(0..160);
+    *src.room.lock().unwrap() = Some(50);
+    ra.on_read(0, 0, 0);
+    settle(&ra);
+    ra.on_read(1, 0, 0);
+    settle(&ra);
+    let first = src.advised.lock().unwrap().clone();
+    assert_eq!(first, (1..=50).collect::<Vec<u64>>());
+    *src.room.lock().unwrap() = Some(100);
+    for p in 1..=ADVISE_STEP {
+        ra.on_read(0, 0, p);
+        ra.on_read(1, 0, p);
+    }
+    settle(&ra);
+    let after = src.advised.lock().unwrap().clone();
+    // The 50 new places all go to rank 1, from wherever its cursor was when advised.
+    let new = &after[50..];
+    assert_eq!(new.len(), 50);
+    assert!(new[0] > 1000, "{after:?}");
+    assert!(new.windows(2).all(|w| w[1] == w[0] + 1), "{after:?}");
+}
+
+#[test]
 fn samples_of_shards_not_on_disk_are_not_advised() {
     let (ra, src) = setup(vec![(0..100).collect()], 0);
     ra.on_read(0, 0, 0);
