@@ -1126,6 +1126,8 @@ def parse_args(argv):
     ap.add_argument("--smoke", action="store_true",
                     help="300 samples, local + shardfs only, strict checks, seconds")
     ap.add_argument("--micro", action="store_true", help="also run the module micro-benchmarks")
+    ap.add_argument("--keep-logs", action="store_true",
+                    help="copy the mounts' and servers' logs to OUT/logs/ (with --shardfs-arg=--log-level=debug: a timeline)")
     ap.add_argument("--only-micro", action="store_true")
     ap.add_argument("--shardfs-arg", action="append", default=[],
                     help="extra argument for `shardfs mount` (repeatable)")
@@ -1248,6 +1250,8 @@ def main(argv):
             json.dump(result, f, indent=1)
         shutil.copyfile(path, os.path.join(args.out_dir, f"{name}-latest.json"))
         log(f"wrote {path}")
+        if args.keep_logs:
+            keep_logs(workdir, args.out_dir)
         if ok or args.smoke:
             shutil.rmtree(workdir, ignore_errors=True)
         else:
