@@ -444,8 +444,9 @@ impl Dataset {
 
     /// `key` (`size` bytes) as parallel ranged parts, into a buffer of `permit` (else fresh
     /// memory). A `hashless` shard is checked by its ETag, whose MD5 is computed while the
-    /// parts arrive; what arrived with the last part is hashed after, while `stage` (if
-    /// given) writes the bytes to disk on another thread.
+    /// parts arrive; what arrived with the last part is hashed after. When that is a serial
+    /// MD5 (a plain ETag), `stage` (if given) writes the bytes to disk on another thread
+    /// meanwhile.
     fn download_in_parts(
         &self,
         key: &ObjectKey,
@@ -468,30 +469,21 @@ impl Dataset {
                 self.part_size.load(std::sync::atomic::Ordering::Relaxed),
             )
         });
-        // Bytes the digest saw while parts were still on their way.
-        let mut seen = 0usize;
         let tag = self.store.get_in_parts(
             key,
             &mut whole,
             self.fetch_part_size,
-            &mut |t, b, all_in| {
-                if !all_in {
-                    if let Some(d) = digest.as_mut() {
-                        d.update(t, b);
-                    }
-                    seen += b.len();
-                }
-            },
+            &mut HashWhileLanding(digest.as_mut()),
         )?;
         let bytes: &[u8] = &whole;
+        let landed = std::time::Instant::now();
+        // Written beside a long serial hash only: otherwise the shard is published as soon as
+        // it is checked, and written after (its first reader need not wait for the disk).
+        let stage = stage.filter(|_| digest.as_mut().is_some_and(|d| d.serial_tail(&tag)));
         let staged = std::thread::scope(|s| {
             let writer = stage.map(|f| s.spawn(move || f(bytes)));
-            if let Some(d) = digest.as_mut() {
-                if let Some(rest) = bytes.get(seen..).filter(|r| !r.is_empty()) {
-                    d.update(&tag, rest);
-                }
-            }
-            match writer.map(|w| w.join()) {
+            let streamed = digest.map(|d| d.finish(&tag, bytes, hashing_threads()));
+            let staged = match writer.map(|w| w.join()) {
                 Some(Ok(Ok(staged))) => Some(staged),
                 Some(Ok(Err(e))) => {
                     // The fill writes the shard again after the checks, and reports then.
@@ -503,9 +495,15 @@ impl Dataset {
                     None
                 }
                 None => None,
-            }
+            };
+            (streamed.unwrap_or_default(), staged)
         });
-        let streamed = digest.map(EtagDigest::finish).unwrap_or_default();
+        let (streamed, staged) = staged;
+        tracing::debug!(
+            key = %key,
+            tail_ms = landed.elapsed().as_millis() as u64,
+            "download in parts landed; its checksum and staged write are done"
+        );
         Ok(Download::Parts(whole, tag, streamed, staged))
     }
 
@@ -633,6 +631,30 @@ impl Dataset {
         }
         Ok(())
     }
+}
+
+/// Feeds a download's ETag digest while its parts land, except what lands with the last part
+/// (hashed after the download, beside the staged write and on several threads).
+struct HashWhileLanding<'a>(Option<&'a mut EtagDigest>);
+
+impl store::Landing for HashWhileLanding<'_> {
+    fn landed(&mut self, tag: &store::EtagMd5s, at: u64, bytes: &[u8], all_in: bool) {
+        if let (Some(d), false) = (self.0.as_mut(), all_in) {
+            d.landed(tag, at, bytes);
+        }
+    }
+
+    fn in_order(&mut self, tag: &store::EtagMd5s, bytes: &[u8], all_in: bool) {
+        if let (Some(d), false) = (self.0.as_mut(), all_in) {
+            d.in_order(tag, bytes);
+        }
+    }
+}
+
+/// Threads that hash what is left of a download's ETag digest once its last part is in: the
+/// machine's cores, at most four.
+fn hashing_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 
 /// One download of a stored shard file: made in parts into a download buffer, or whole by the

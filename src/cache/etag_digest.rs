@@ -4,8 +4,15 @@
 //! A shard index.json lists no hash for (MDSWriter's default) is checked by the store's
 //! ETag: the MD5 of the object, or for a multipart upload the MD5 of its parts' MD5s. MD5 is
 //! serial and slow (~800 MB/s on the bench machine), so hashing a 64 MiB shard after its last
-//! byte arrives adds ~80 ms before the shard's first sample can be served. Fed each part as
-//! soon as the parts before it are in, the digest is nearly done when the download is.
+//! byte arrives adds ~80 ms before the shard's first sample can be served.
+//!
+//! - A plain MD5 ETag is fed the object in order, each part as soon as the parts before it
+//!   are in; what is left when the last part lands is hashed then.
+//! - A multipart ETag is a list of independent MD5s, one per upload part: every upload part
+//!   that lies whole inside a downloaded part is hashed as soon as that part lands, in any
+//!   order, and those still missing at the end (the last part's, and any that straddle two
+//!   downloaded parts) are hashed side by side on several threads. With download parts of the
+//!   upload's size (8 MiB both by default) only the last part to land is left.
 //!
 //! A multipart ETag can only be computed ahead when the upload's part size is known: the one
 //! that matched this dataset's ETags before, else the usual 8 MiB. When it is not that
@@ -17,7 +24,7 @@ use md5::{Digest, Md5};
 /// The part size uploaders use by default (aws CLI, boto3), tried when none matched yet.
 const DEFAULT_UPLOAD_PART: u64 = 8 << 20;
 
-/// An ETag digest fed in order, for an object of known length.
+/// An ETag digest of an object of known length, fed while the object lands.
 pub struct EtagDigest {
     len: u64,
     learned_part: u64,
@@ -27,14 +34,12 @@ pub struct EtagDigest {
 enum State {
     /// No bytes yet: the first part's ETag says what to compute.
     Undecided,
-    /// A plain MD5 ETag.
-    Plain(Md5),
-    /// A multipart ETag, hashed with upload parts of `part` bytes.
+    /// A plain MD5 ETag, fed the first `fed` bytes so far.
+    Plain { hash: Md5, fed: u64 },
+    /// A multipart ETag with upload parts of `part` bytes: the MD5 of each one hashed so far.
     Multipart {
         part: u64,
-        outer: Md5,
-        current: Md5,
-        in_current: u64,
+        sums: Vec<Option<[u8; 16]>>,
     },
     /// Nothing to compute ahead (no ETag MD5, or no upload part size that fits).
     Off,
@@ -60,52 +65,66 @@ impl EtagDigest {
         }
     }
 
-    /// Feeds the object's next `bytes` (in order, each once); `tag` is the ETag the
-    /// download's parts carry.
-    pub fn update(&mut self, tag: &EtagMd5s, bytes: &[u8]) {
-        if let State::Undecided = self.state {
-            self.state = self.decide(tag);
-        }
-        match &mut self.state {
-            State::Plain(h) => h.update(bytes),
-            State::Multipart {
-                part,
-                outer,
-                current,
-                in_current,
-            } => {
-                let mut rest = bytes;
-                while !rest.is_empty() {
-                    let room = usize::try_from(*part - *in_current).unwrap_or(usize::MAX);
-                    let (now, later) = rest.split_at(room.min(rest.len()));
-                    current.update(now);
-                    *in_current += now.len() as u64;
-                    if *in_current == *part {
-                        outer.update(current.finalize_reset());
-                        *in_current = 0;
-                    }
-                    rest = later;
-                }
+    /// A downloaded part landed: `bytes` from byte `at` of the object (parts land in any
+    /// order, each once); `tag` is the ETag the download's parts carry. Hashes the upload parts
+    /// of a multipart ETag that lie whole inside it.
+    pub fn landed(&mut self, tag: &EtagMd5s, at: u64, bytes: &[u8]) {
+        self.decide_once(tag);
+        let State::Multipart { part, sums } = &mut self.state else {
+            return;
+        };
+        let part = *part;
+        let end = at.saturating_add(bytes.len() as u64);
+        for k in at.div_ceil(part)..sums.len() as u64 {
+            let from = k * part;
+            let to = from.saturating_add(part).min(self.len);
+            if to > end {
+                break;
             }
-            State::Undecided | State::Off => {}
+            let piece = usize::try_from(from - at)
+                .ok()
+                .zip(usize::try_from(to - at).ok())
+                .and_then(|(a, b)| bytes.get(a..b));
+            if let (Some(piece), Some(slot)) = (piece, sums.get_mut(k as usize)) {
+                *slot = Some(Md5::digest(piece).into());
+            }
         }
     }
 
-    /// The digest of every byte fed (call once the whole object was fed).
-    pub fn finish(self) -> Streamed {
+    /// The object's next `bytes` in order (each once, from byte 0 on); `tag` is the ETag the
+    /// download's parts carry. Feeds the MD5 of a plain ETag.
+    pub fn in_order(&mut self, tag: &EtagMd5s, bytes: &[u8]) {
+        self.decide_once(tag);
+        if let State::Plain { hash, fed } = &mut self.state {
+            hash.update(bytes);
+            *fed += bytes.len() as u64;
+        }
+    }
+
+    /// The digest, given the whole object `whole` (its `len` bytes): what was not hashed while
+    /// it landed is hashed now, a multipart ETag's missing parts on up to `threads` threads.
+    /// `tag` decides what to compute when nothing was fed.
+    pub fn finish(mut self, tag: &EtagMd5s, whole: &[u8], threads: usize) -> Streamed {
+        self.decide_once(tag);
         match self.state {
-            State::Plain(h) => Streamed {
-                md5: Some(h.finalize().into()),
-                multipart: None,
-            },
-            State::Multipart {
-                part,
-                mut outer,
-                current,
-                in_current,
-            } => {
-                if in_current > 0 {
-                    outer.update(current.finalize());
+            State::Plain { mut hash, fed } => {
+                if let Some(rest) = usize::try_from(fed).ok().and_then(|f| whole.get(f..)) {
+                    hash.update(rest);
+                }
+                Streamed {
+                    md5: Some(hash.finalize().into()),
+                    multipart: None,
+                }
+            }
+            State::Multipart { part, mut sums } => {
+                hash_missing_parts(&mut sums, part, whole, threads.max(1));
+                let mut outer = Md5::new();
+                for sum in &sums {
+                    match sum {
+                        Some(s) => outer.update(s),
+                        // `whole` is shorter than the object: no digest.
+                        None => return Streamed::default(),
+                    }
                 }
                 Streamed {
                     md5: None,
@@ -116,9 +135,25 @@ impl EtagDigest {
         }
     }
 
+    /// Whether what is left to hash once the last part is in is one serial MD5 of up to the
+    /// whole object (a plain ETag), rather than a few upload parts hashed side by side.
+    pub fn serial_tail(&mut self, tag: &EtagMd5s) -> bool {
+        self.decide_once(tag);
+        matches!(self.state, State::Plain { .. })
+    }
+
+    fn decide_once(&mut self, tag: &EtagMd5s) {
+        if let State::Undecided = self.state {
+            self.state = self.decide(tag);
+        }
+    }
+
     fn decide(&self, tag: &EtagMd5s) -> State {
         match tag {
-            (Some(_), _) => State::Plain(Md5::new()),
+            (Some(_), _) => State::Plain {
+                hash: Md5::new(),
+                fed: 0,
+            },
             (None, Some((_, parts))) => {
                 let n = u64::from((*parts).max(1));
                 // `n` parts of this size cover the object and `n - 1` do not.
@@ -131,14 +166,57 @@ impl EtagDigest {
                 {
                     Some(part) => State::Multipart {
                         part,
-                        outer: Md5::new(),
-                        current: Md5::new(),
-                        in_current: 0,
+                        sums: vec![None; usize::try_from(n).unwrap_or(0)],
                     },
                     None => State::Off,
                 }
             }
             (None, None) => State::Off,
+        }
+    }
+}
+
+/// Hashes the upload parts of `whole` (of `part` bytes) whose MD5 is still missing in `sums`,
+/// spread over up to `threads` threads (this one included).
+fn hash_missing_parts(sums: &mut [Option<[u8; 16]>], part: u64, whole: &[u8], threads: usize) {
+    let Ok(part) = usize::try_from(part) else {
+        return;
+    };
+    let part = part.max(1);
+    let hash_all = |jobs: &mut [(&mut Option<[u8; 16]>, &[u8])]| {
+        for (sum, bytes) in jobs.iter_mut() {
+            **sum = Some(Md5::digest(bytes).into());
+        }
+    };
+    {
+        let mut missing: Vec<(&mut Option<[u8; 16]>, &[u8])> = sums
+            .iter_mut()
+            .zip(whole.chunks(part))
+            .filter(|(sum, _)| sum.is_none())
+            .collect();
+        let per_thread = missing
+            .len()
+            .div_ceil(threads.clamp(1, missing.len().max(1)));
+        std::thread::scope(|s| {
+            let mut chunks = missing.chunks_mut(per_thread.max(1));
+            let here = chunks.next();
+            for jobs in chunks {
+                let spawned = std::thread::Builder::new()
+                    .name("etag-md5".into())
+                    .spawn_scoped(s, move || hash_all(jobs));
+                if let Err(e) = spawned {
+                    tracing::debug!(error = %e, "cannot start a thread to hash parts");
+                }
+            }
+            if let Some(jobs) = here {
+                hash_all(jobs);
+            }
+        });
+    }
+    // Parts of a thread that could not start.
+    for (sum, bytes) in sums.iter_mut().zip(whole.chunks(part)) {
+        if sum.is_none() {
+            *sum = Some(Md5::digest(bytes).into());
         }
     }
 }
@@ -151,12 +229,29 @@ mod tests {
         (0..len).map(|i| (i * 31 % 253) as u8).collect()
     }
 
-    /// Feeds `bytes` in pieces of `piece` bytes.
-    fn fed(mut d: EtagDigest, tag: &EtagMd5s, bytes: &[u8], piece: usize) -> Streamed {
-        for p in bytes.chunks(piece) {
-            d.update(tag, p);
+    /// Lands `bytes` in pieces of `piece` bytes, the last `held_back` pieces kept for
+    /// `finish` (as a download's last part is), the others landed in reverse order and fed
+    /// in order as a download in parts does.
+    fn fed(
+        mut d: EtagDigest,
+        tag: &EtagMd5s,
+        bytes: &[u8],
+        piece: usize,
+        held_back: usize,
+    ) -> Streamed {
+        let pieces: Vec<(usize, &[u8])> = bytes
+            .chunks(piece)
+            .enumerate()
+            .map(|(i, p)| (i * piece, p))
+            .collect();
+        let landed = pieces.len().saturating_sub(held_back);
+        for &(at, p) in pieces[..landed].iter().rev() {
+            d.landed(tag, at as u64, p);
         }
-        d.finish()
+        for &(_, p) in &pieces[..landed] {
+            d.in_order(tag, p);
+        }
+        d.finish(tag, bytes, 3)
     }
 
     #[test]
@@ -165,9 +260,11 @@ mod tests {
         let tag = (Some([1; 16]), None);
         let want: [u8; 16] = Md5::digest(&bytes).into();
         for piece in [1, 999, 4096, 10_000] {
-            let got = fed(EtagDigest::new(10_000, 0), &tag, &bytes, piece);
-            assert_eq!(got.md5, Some(want), "pieces of {piece}");
-            assert_eq!(got.multipart, None);
+            for held_back in [0, 1, 3] {
+                let got = fed(EtagDigest::new(10_000, 0), &tag, &bytes, piece, held_back);
+                assert_eq!(got.md5, Some(want), "pieces of {piece}");
+                assert_eq!(got.multipart, None);
+            }
         }
     }
 
@@ -181,15 +278,40 @@ mod tests {
         }
         let want: [u8; 16] = outer.finalize().into();
         let tag = (None, Some(([2; 16], 4)));
-        // Download parts that do not line up with the upload's.
-        for piece in [1, 300, 1000, 1700, 3_500] {
-            let got = fed(EtagDigest::new(3_500, part), &tag, &bytes, piece);
-            assert_eq!(got.multipart, Some((part, want)), "pieces of {piece}");
+        // Download parts that line up with the upload's or not, landed in any order, some
+        // or all of them left for the end.
+        for piece in [1, 300, 1000, 1700, 2000, 3_500] {
+            for held_back in [0, 1, 2, 100] {
+                let got = fed(EtagDigest::new(3_500, part), &tag, &bytes, piece, held_back);
+                assert_eq!(got.multipart, Some((part, want)), "pieces of {piece}");
+            }
         }
         // A learned size that cannot give 4 parts: the default 8 MiB cannot either, so
         // nothing is computed ahead (the check after the download searches).
-        let got = fed(EtagDigest::new(3_500, 500), &tag, &bytes, 700);
+        let got = fed(EtagDigest::new(3_500, 500), &tag, &bytes, 700, 0);
         assert_eq!(got, Streamed::default());
+    }
+
+    #[test]
+    fn upload_parts_inside_a_landed_part_are_hashed_when_it_lands() {
+        let bytes = object(3_500);
+        let tag = (None, Some(([2; 16], 4)));
+        let mut d = EtagDigest::new(3_500, 1000);
+        // Bytes 1,500..3,500 hold upload parts 2 and 3 whole, part 1 only in half.
+        d.landed(&tag, 1_500, &bytes[1_500..]);
+        let State::Multipart { sums, .. } = &d.state else {
+            panic!("a multipart digest");
+        };
+        let done: Vec<bool> = sums.iter().map(Option::is_some).collect();
+        assert_eq!(done, [false, false, true, true]);
+        // The rest is hashed at the end; bytes that are not the object's give another sum.
+        let mut other = bytes.clone();
+        other[10] ^= 1;
+        let right = EtagDigest::new(3_500, 1000).finish(&tag, &bytes, 2);
+        assert_ne!(d.finish(&tag, &other, 2), right);
+        // A whole shorter than the object: no digest rather than a wrong one.
+        let short = EtagDigest::new(3_500, 1000).finish(&tag, &bytes[..3_000], 2);
+        assert_eq!(short, Streamed::default());
     }
 
     #[test]
@@ -200,10 +322,11 @@ mod tests {
             &(None, Some(([0; 16], 2))),
             &object(len),
             1 << 20,
+            1,
         );
         assert_eq!(got.multipart.map(|(p, _)| p), Some(8 << 20));
         // No ETag MD5 at all: nothing.
-        let got = fed(EtagDigest::new(10, 0), &(None, None), &object(10), 3);
+        let got = fed(EtagDigest::new(10, 0), &(None, None), &object(10), 3, 0);
         assert_eq!(got, Streamed::default());
     }
 }

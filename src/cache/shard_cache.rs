@@ -1083,7 +1083,8 @@ impl ShardCache {
             Durability::Unsynced
         };
         let tag = format!("shard{shard}");
-        // Written to disk on a thread of its own while its last bytes are hashed.
+        // Written to disk on a thread of its own while a long serial hash of its last bytes
+        // runs (a plain ETag MD5); otherwise written after its bytes are published.
         let stage = |bytes: &[u8]| {
             let sum = xxhash_rust::xxh3::xxh3_64(bytes);
             self.layout.stage(bytes, &tag, durability).map(|s| (s, sum))

@@ -96,16 +96,16 @@ impl BlockingStore {
         key: &ObjectKey,
         whole: &mut [u8],
         part_size: u64,
-        in_order: &mut dyn FnMut(&super::EtagMd5s, &[u8], bool),
+        watch: &mut dyn super::Landing,
     ) -> Result<super::EtagMd5s, StoreError> {
-        // The future runs on this thread (block_on), so `in_order` does too: a checksum fed
-        // by it uses the thread that waits for the download anyway.
+        // The future runs on this thread (block_on), so `watch` does too: a checksum fed by
+        // it uses the thread that waits for the download anyway.
         self.run(super::get_in_parts(
             self.store.as_ref(),
             key,
             whole,
             part_size,
-            in_order,
+            watch,
         ))
     }
 

@@ -48,7 +48,7 @@ pub use error::{StoreError, TransientKind};
 pub use faults::{Fault, FaultyStore};
 pub use key::ObjectKey;
 pub use options::{StaticCredentials, StoreOptions};
-pub use parts::{get_in_parts, refetch_differing_parts, PartRepair};
+pub use parts::{get_in_parts, refetch_differing_parts, Landing, PartRepair};
 pub use resilient::ResilientStore;
 pub use source::{Source, SourceKind};
 pub use urgency::{demand_scope, DemandScope};

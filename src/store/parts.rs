@@ -17,16 +17,28 @@
 use super::{EtagMd5s, ObjectKey, Store, StoreError};
 use futures::stream::{FuturesUnordered, StreamExt};
 
+/// What a caller of [`get_in_parts`] is shown while the parts of its object land, so that a
+/// checksum can run beside the download instead of after it. `tag` is the ETag of the first
+/// part to land; `all_in` says whether every part has landed by then (the caller may rather
+/// take those last bytes from the buffer after the call, on threads of its own). When the call
+/// fails, what was shown is void.
+pub trait Landing {
+    /// A part landed: `bytes` from byte `at` of the object. Parts land in any order, each once.
+    fn landed(&mut self, _tag: &EtagMd5s, _at: u64, _bytes: &[u8], _all_in: bool) {}
+
+    /// The object's next bytes in order: each part once, as soon as it and every part before
+    /// it have landed.
+    fn in_order(&mut self, _tag: &EtagMd5s, _bytes: &[u8], _all_in: bool) {}
+}
+
+/// Shown nothing.
+impl Landing for () {}
+
 /// Fills `whole` with the object `key` (exactly `whole.len()` bytes long) by ranged GETs of
 /// `part_size` bytes (the last one shorter), all started at once, each written into its place
 /// as its bytes arrive. Returns the ETag-derived MD5s every part agreed on (a ranged answer's
-/// checksum headers are the range's, not the object's, and are not used).
-///
-/// `in_order` sees the object's bytes in order while the download goes on: each part once,
-/// as soon as it and every part before it have arrived, with the ETag of the first part to
-/// arrive (a checksum can then run beside the download instead of after it), and whether
-/// every part has arrived by then (the caller may rather take those last bytes from `whole`
-/// after the call, on threads of its own). When the call fails, what `in_order` saw is void.
+/// checksum headers are the range's, not the object's, and are not used). `watch` is shown
+/// each part as it lands and the object's bytes in order (see [`Landing`]).
 ///
 /// The caller owns the buffer, so a daemon can hand the same few shard-sized buffers from
 /// download to download instead of mapping fresh memory each time. Every byte of `whole` is
@@ -37,7 +49,7 @@ pub async fn get_in_parts(
     key: &ObjectKey,
     whole: &mut [u8],
     part_size: u64,
-    in_order: &mut dyn FnMut(&EtagMd5s, &[u8], bool),
+    watch: &mut dyn Landing,
 ) -> Result<EtagMd5s, StoreError> {
     let part_size = usize::try_from(part_size.max(1)).unwrap_or(usize::MAX);
     let mut agreed: Option<EtagMd5s> = None;
@@ -70,12 +82,13 @@ pub async fn get_in_parts(
                 })
             }
         };
+        let all_in = pending.is_empty();
+        watch.landed(first, at as u64, bytes, all_in);
         if let Some(slot) = arrived.get_mut(i) {
             *slot = Some(bytes);
         }
-        let all_in = pending.is_empty();
         while let Some(b) = arrived.get_mut(next).and_then(Option::take) {
-            in_order(first, b, all_in);
+            watch.in_order(first, b, all_in);
             next += 1;
         }
     }
@@ -250,6 +263,27 @@ mod tests {
         }
     }
 
+    /// What a download in parts showed.
+    #[derive(Default)]
+    struct Seen {
+        in_order: Vec<u8>,
+        landed: Vec<(u64, Vec<u8>)>,
+        all_in_landed: Vec<bool>,
+        all_in_in_order: Vec<bool>,
+    }
+
+    impl Landing for Seen {
+        fn landed(&mut self, _: &EtagMd5s, at: u64, bytes: &[u8], all_in: bool) {
+            self.landed.push((at, bytes.to_vec()));
+            self.all_in_landed.push(all_in);
+        }
+
+        fn in_order(&mut self, _: &EtagMd5s, bytes: &[u8], all_in: bool) {
+            self.in_order.extend_from_slice(bytes);
+            self.all_in_in_order.push(all_in);
+        }
+    }
+
     #[tokio::test]
     async fn parts_assemble_to_the_object() {
         let key = ObjectKey::new("shard.00000.mds").expect("key");
@@ -257,18 +291,26 @@ mod tests {
             let m = memory(len, usize::MAX);
             // Stale bytes from an earlier use of the buffer are all overwritten.
             let mut got = vec![0xee; len];
-            let mut seen = Vec::new();
-            let mut all_in = Vec::new();
-            let tag = get_in_parts(&m, &key, &mut got, part, &mut |_, b, last| {
-                seen.extend_from_slice(b);
-                all_in.push(last);
-            })
-            .await
-            .expect("get");
-            assert_eq!(seen, m.data, "in order, each byte once");
+            let mut seen = Seen::default();
+            let tag = get_in_parts(&m, &key, &mut got, part, &mut seen)
+                .await
+                .expect("get");
+            assert_eq!(seen.in_order, m.data, "in order, each byte once");
+            // Each part landed once, where it belongs.
+            let mut landed = seen.landed.clone();
+            landed.sort();
+            let parts: Vec<(u64, Vec<u8>)> = m
+                .data
+                .chunks(part as usize)
+                .enumerate()
+                .map(|(i, b)| (i as u64 * part, b.to_vec()))
+                .collect();
+            assert_eq!(landed, parts);
             // Told once every part is in, and from then on.
-            assert!(all_in.windows(2).all(|w| w[0] <= w[1]), "{all_in:?}");
-            assert!(len == 0 || all_in.last() == Some(&true));
+            for all_in in [&seen.all_in_landed, &seen.all_in_in_order] {
+                assert!(all_in.windows(2).all(|w| w[0] <= w[1]), "{all_in:?}");
+                assert!(len == 0 || all_in.last() == Some(&true));
+            }
             assert_eq!(got, m.data, "len {len} part {part}");
             assert_eq!(m.reads.load(Ordering::SeqCst), len.div_ceil(part as usize));
             assert_eq!(tag.0, if len == 0 { None } else { Some([0; 16]) });
@@ -280,7 +322,7 @@ mod tests {
         let key = ObjectKey::new("shard.00000.mds").expect("key");
         let m = memory(1000, 14);
         let mut whole = vec![0u8; 1000];
-        let tag = get_in_parts(&m, &key, &mut whole, 100, &mut |_, _, _| {})
+        let tag = get_in_parts(&m, &key, &mut whole, 100, &mut ())
             .await
             .expect("get");
         whole[350] ^= 1;
@@ -350,7 +392,7 @@ mod tests {
     async fn parts_of_two_versions_are_refused() {
         let key = ObjectKey::new("shard.00000.mds").expect("key");
         let m = memory(1000, 3);
-        let err = get_in_parts(&m, &key, &mut [0u8; 1000], 100, &mut |_, _, _| {})
+        let err = get_in_parts(&m, &key, &mut [0u8; 1000], 100, &mut ())
             .await
             .expect_err("changed");
         assert!(matches!(err, StoreError::Changed { .. }), "{err}");
@@ -437,7 +479,7 @@ mod retry_tests {
         let store = ResilientStore::new(inner.clone(), &opts);
         let key = ObjectKey::new("shard.00000.mds").expect("key");
         let mut got = vec![0u8; 1000];
-        get_in_parts(&store, &key, &mut got, 300, &mut |_, _, _| {})
+        get_in_parts(&store, &key, &mut got, 300, &mut ())
             .await
             .expect("get");
         assert_eq!(
