@@ -489,14 +489,20 @@ fn advice_that_finds_no_room_stops_there_and_goes_on_from_there_later() {
     assert_eq!(advised, order[1..=100].to_vec(), "on from position 51");
 }
 
-#[test]
-fn when_advice_runs_out_of_room_the_next_pass_starts_with_another_rank() {
-    // Two ranks, room for 50 samples read ahead: the first pass fills it for one rank; once
-    // there is room again, the other rank is advised first.
+/// Two ranks (samples 0..600 and 1000..1600, all on disk) and room for 50 samples read ahead.
+fn two_ranks_with_room_for_50() -> (Readahead, Arc<Counting>) {
     let orders: Vec<Vec<u64>> = vec![(0..600).collect(), (1000..1600).collect()];
     let (ra, src) = setup(orders, 1 << 40);
     src.resident.lock().unwrap().extend(0..160);
     *src.room.lock().unwrap() = Some(50);
+    (ra, src)
+}
+
+#[test]
+fn when_advice_runs_out_of_room_the_next_pass_starts_with_another_rank() {
+    // Two ranks, room for 50 samples read ahead: the first pass fills it for one rank; once
+    // there is room again, the other rank is advised first.
+    let (ra, src) = two_ranks_with_room_for_50();
     ra.on_read(0, 0, 0);
     ra.on_read(1, 0, 0);
     settle(&ra);
@@ -521,10 +527,7 @@ fn when_advice_runs_out_of_room_the_next_pass_starts_with_another_rank() {
 fn a_rank_that_arrives_after_another_filled_the_room_is_advised_first_next_time() {
     // The same, with rank 1 reading only after rank 0's advice filled the room (the order in
     // which the previous test's two first reads may also reach the planner).
-    let orders: Vec<Vec<u64>> = vec![(0..600).collect(), (1000..1600).collect()];
-    let (ra, src) = setup(orders, 1 << 40);
-    src.resident.lock().unwrap().extend(0..160);
-    *src.room.lock().unwrap() = Some(50);
+    let (ra, src) = two_ranks_with_room_for_50();
     ra.on_read(0, 0, 0);
     settle(&ra);
     ra.on_read(1, 0, 0);
