@@ -437,6 +437,12 @@ impl ShardCache {
         matches!(self.lock().slots.get(shard), Some(Slot::Resident { .. }))
     }
 
+    /// Whether sample `i` of `shard` can be read now without waiting for the store: the
+    /// sample in memory (not counted as a use), or the shard on disk.
+    pub fn can_read_now(&self, shard: usize, i: u32) -> bool {
+        self.memory.contains_sample(shard, i) || self.is_resident(shard)
+    }
+
     /// The shard on disk, fetching it if needed (one download however many threads ask),
     /// pinned against eviction until the handle is dropped.
     pub fn get(self: &Arc<Self>, shard: usize) -> Result<ShardHandle, CacheError> {

@@ -72,6 +72,11 @@ pub struct MountConfig {
     pub ordering: OrderingArgs,
 }
 
+/// Most threads for FUSE requests that wait for a shard's download: one per reader waiting
+/// for a different shard at a time is what keeps the other readers going, and a blocked thread
+/// costs a few pages. Half the requests the kernel lets through at once (`max_background`).
+const WAITING_THREADS: usize = 128;
+
 /// Two FUSE threads per CPU core this process may use, between 2 and 16.
 pub fn default_fuse_threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
@@ -141,6 +146,7 @@ pub fn check_and_mount(config: &MountConfig) -> Result<Mounted> {
     let opts = FuseOptions {
         allow_other: config.allow_other,
         threads: config.fuse_threads.unwrap_or_else(default_fuse_threads),
+        waiting_threads: WAITING_THREADS,
         fs_name: config.source().unwrap_or("shardfs").to_string(),
     };
     fuse::mount(vfs, mnt, &opts).with_context(|| format!("cannot mount at {}", mnt.display()))

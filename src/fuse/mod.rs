@@ -34,6 +34,9 @@ use fuser::{
 
 use crate::vfs::{Attr, Ino, Kind, Vfs, VfsError};
 
+mod waiting;
+use waiting::WaitingPool;
+
 /// TTL of entries and attributes that never change.
 const LONG_TTL: Duration = Duration::from_secs(365 * 24 * 3600);
 
@@ -44,6 +47,9 @@ pub struct FuseOptions {
     pub allow_other: bool,
     /// Threads serving kernel requests.
     pub threads: usize,
+    /// Most threads for requests that wait for the object store (a shard's download), so
+    /// that they do not hold up the `threads` serving everything else.
+    pub waiting_threads: usize,
     /// Name shown as the mount's source in `/proc/mounts`.
     pub fs_name: String,
 }
@@ -96,12 +102,15 @@ pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &FuseOptions) -> Result<Mou
     config.n_threads = Some(opts.threads.max(1));
     config.clone_fd = true;
     let path = mountpoint.display().to_string();
-    let session = fuser::Session::new(Adapter { vfs: vfs.clone() }, mountpoint, &config).map_err(
-        |source| FuseError::Session {
+    let adapter = Adapter {
+        vfs: vfs.clone(),
+        waiting: WaitingPool::new(opts.waiting_threads),
+    };
+    let session =
+        fuser::Session::new(adapter, mountpoint, &config).map_err(|source| FuseError::Session {
             path: path.clone(),
             source,
-        },
-    )?;
+        })?;
     // Asked from inside a READ of the same inode: the kernel may hold that inode's page
     // locks until the read is answered, so the notification goes from a thread of its own.
     let notifier = session.notifier();
@@ -139,6 +148,31 @@ impl Mounted {
 
 struct Adapter {
     vfs: Arc<Vfs>,
+    /// Runs the requests that may wait for a download.
+    waiting: WaitingPool,
+}
+
+fn reply_entry(r: Result<Attr, VfsError>, reply: ReplyEntry) {
+    match r {
+        Ok(a) => reply.entry(&ttl(&a), &file_attr(&a), Generation(0)),
+        // A plain ENOENT: the kernel does not cache it, so a name that does not exist costs
+        // one request per lookup (negative dentries are future work).
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn reply_attr(r: Result<Attr, VfsError>, reply: ReplyAttr) {
+    match r {
+        Ok(a) => reply.attr(&ttl(&a), &file_attr(&a)),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+fn reply_data(r: Result<bytes::Bytes, VfsError>, reply: ReplyData) {
+    match r {
+        Ok(data) => reply.data(&data),
+        Err(e) => reply.error(errno(&e)),
+    }
 }
 
 fn errno(e: &VfsError) -> Errno {
@@ -207,25 +241,28 @@ impl Filesystem for Adapter {
         let Some(name) = name.to_str() else {
             return reply.error(Errno::ENOENT);
         };
-        match self.vfs.lookup(Ino(parent.0), name) {
-            Ok(a) => reply.entry(&ttl(&a), &file_attr(&a), Generation(0)),
-            Err(e) => {
-                if matches!(e, VfsError::NotFound) {
-                    // A plain ENOENT: the kernel does not cache it, so a name that does not
-                    // exist costs one request per lookup (negative dentries are future work).
-                    reply.error(Errno::ENOENT)
-                } else {
-                    reply.error(errno(&e))
-                }
-            }
+        let ino = match self.vfs.resolve(Ino(parent.0), name) {
+            Ok(ino) => ino,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        if self.vfs.may_wait(ino, false) {
+            let vfs = self.vfs.clone();
+            return self
+                .waiting
+                .run(move || reply_entry(vfs.getattr(ino), reply));
         }
+        reply_entry(self.vfs.getattr(ino), reply)
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.vfs.getattr(Ino(ino.0)) {
-            Ok(a) => reply.attr(&ttl(&a), &file_attr(&a)),
-            Err(e) => reply.error(errno(&e)),
+        let ino = Ino(ino.0);
+        if self.vfs.may_wait(ino, false) {
+            let vfs = self.vfs.clone();
+            return self
+                .waiting
+                .run(move || reply_attr(vfs.getattr(ino), reply));
         }
+        reply_attr(self.vfs.getattr(ino), reply)
     }
 
     fn open(&self, _req: &Request, _ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -251,10 +288,14 @@ impl Filesystem for Adapter {
         _lock_owner: Option<LockOwner>,
         reply: ReplyData,
     ) {
-        match self.vfs.read(Ino(ino.0), offset, size) {
-            Ok(data) => reply.data(&data),
-            Err(e) => reply.error(errno(&e)),
+        let ino = Ino(ino.0);
+        if self.vfs.may_wait(ino, true) {
+            let vfs = self.vfs.clone();
+            return self
+                .waiting
+                .run(move || reply_data(vfs.read(ino, offset, size), reply));
         }
+        reply_data(self.vfs.read(ino, offset, size), reply)
     }
 
     fn readdir(

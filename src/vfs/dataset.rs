@@ -39,6 +39,11 @@ pub trait ShardStore: Send + Sync {
     }
     /// Whether the shard can be read now without waiting for the store.
     fn is_resident(&self, shard: usize) -> bool;
+    /// Whether sample `i` of the shard can be read now without waiting for the store (the
+    /// shard resident, or the sample held in memory).
+    fn can_read_now(&self, shard: usize, _i: u32) -> bool {
+        self.is_resident(shard)
+    }
     /// For readahead: starts loading sample `i` of a resident shard from local disk into
     /// memory (the page cache, or samples read ahead); never blocks.
     fn advise(&self, _shard: usize, _i: u32) -> Advice {
@@ -84,6 +89,9 @@ impl ShardStore for CachedShards {
     }
     fn is_resident(&self, shard: usize) -> bool {
         self.0.is_resident(shard)
+    }
+    fn can_read_now(&self, shard: usize, i: u32) -> bool {
+        self.0.can_read_now(shard, i)
     }
     fn advise(&self, shard: usize, i: u32) -> Advice {
         self.0.advise_sample(shard, i)
@@ -345,6 +353,11 @@ impl SampleSource for MdsDataset {
                 mds::rendered_len(enc, raw)?,
             ))
         })
+    }
+
+    fn can_read_now(&self, sample: u64) -> bool {
+        self.locate(sample)
+            .is_none_or(|(s, shard, i)| s.shards.can_read_now(shard, i))
     }
 
     fn status(&self) -> serde_json::Value {

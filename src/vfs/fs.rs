@@ -164,6 +164,12 @@ impl Vfs {
 
     /// Resolves `name` inside folder `parent`.
     pub fn lookup(&self, parent: Ino, name: &str) -> Result<Attr, VfsError> {
+        self.getattr(self.resolve(parent, name)?)
+    }
+
+    /// The inode of `name` inside folder `parent`, without its attributes (never waits for
+    /// the store). Remembers where a sample file was named, as [`Vfs::lookup`] does.
+    pub fn resolve(&self, parent: Ino, name: &str) -> Result<Ino, VfsError> {
         let node = Node::from_ino(parent).ok_or(VfsError::NotFound)?;
         let child = match node {
             Node::Fixed(Fixed::Root) => match name {
@@ -213,7 +219,20 @@ impl Vfs {
             }
             _ => return Err(VfsError::NotADirectory),
         };
-        self.getattr(Self::ino(child)?)
+        Self::ino(child)
+    }
+
+    /// Whether answering `getattr` or `read` of `ino` may have to wait for the store: a
+    /// sample file whose shard is neither on disk nor its bytes in memory (and, for
+    /// attributes, whose size is not known yet). Such requests are best served off the
+    /// threads that answer everything else.
+    pub fn may_wait(&self, ino: Ino, for_read: bool) -> bool {
+        match Node::from_ino(ino) {
+            Some(Node::SampleFile(s, c)) => {
+                (for_read || self.sizes.get(s.0, c).is_none()) && !self.source.can_read_now(s.0)
+            }
+            _ => false,
+        }
     }
 
     fn column_named(&self, sample: u64, suffix: &str) -> Result<ColumnNo, VfsError> {

@@ -65,6 +65,11 @@ pub trait SampleSource: ShardSource {
         let data = self.read(sample, column, offset, size)?;
         Ok((data, self.file_size(sample, column)?))
     }
+    /// Whether `sample`'s bytes can be read now without waiting for the store (its shard on
+    /// local disk, or the sample in memory).
+    fn can_read_now(&self, _sample: u64) -> bool {
+        true
+    }
     /// Live counters of the store and cache for `status.json`.
     fn status(&self) -> serde_json::Value;
 }

@@ -4,6 +4,7 @@ mod disk_full;
 mod metrics;
 mod orders;
 mod status;
+mod waiting;
 
 use crate::common::{fixtures, shardfs_bin};
 use base64::Engine;
