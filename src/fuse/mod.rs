@@ -152,26 +152,47 @@ struct Adapter {
     waiting: WaitingPool,
 }
 
-fn reply_entry(r: Result<Attr, VfsError>, reply: ReplyEntry) {
+/// Answers a LOOKUP; true unless it answered an error.
+fn reply_entry(r: Result<Attr, VfsError>, reply: ReplyEntry) -> bool {
     match r {
-        Ok(a) => reply.entry(&ttl(&a), &file_attr(&a), Generation(0)),
+        Ok(a) => {
+            reply.entry(&ttl(&a), &file_attr(&a), Generation(0));
+            true
+        }
         // A plain ENOENT: the kernel does not cache it, so a name that does not exist costs
         // one request per lookup (negative dentries are future work).
-        Err(e) => reply.error(errno(&e)),
+        Err(e) => {
+            reply.error(errno(&e));
+            false
+        }
     }
 }
 
-fn reply_attr(r: Result<Attr, VfsError>, reply: ReplyAttr) {
+/// Answers a GETATTR; true unless it answered an error.
+fn reply_attr(r: Result<Attr, VfsError>, reply: ReplyAttr) -> bool {
     match r {
-        Ok(a) => reply.attr(&ttl(&a), &file_attr(&a)),
-        Err(e) => reply.error(errno(&e)),
+        Ok(a) => {
+            reply.attr(&ttl(&a), &file_attr(&a));
+            true
+        }
+        Err(e) => {
+            reply.error(errno(&e));
+            false
+        }
     }
 }
 
-fn reply_data(r: Result<bytes::Bytes, VfsError>, reply: ReplyData) {
+/// Answers a READ; true unless it answered an error.
+fn reply_data(r: Result<bytes::Bytes, VfsError>, reply: ReplyData) -> bool {
     match r {
-        Ok(data) => reply.data(&data),
-        Err(e) => reply.error(errno(&e)),
+        Ok(data) => {
+            reply.data(&data);
+            true
+        }
+        Err(e) => {
+            reply.error(errno(&e));
+            false
+        }
     }
 }
 
@@ -245,24 +266,24 @@ impl Filesystem for Adapter {
             Ok(ino) => ino,
             Err(e) => return reply.error(errno(&e)),
         };
-        if self.vfs.may_wait(ino, false) {
+        if let Some(shard) = self.vfs.waits_for(ino, false) {
             let vfs = self.vfs.clone();
             return self
                 .waiting
-                .run(move || reply_entry(vfs.getattr(ino), reply));
+                .run_for(shard, move || reply_entry(vfs.getattr(ino), reply));
         }
-        reply_entry(self.vfs.getattr(ino), reply)
+        reply_entry(self.vfs.getattr(ino), reply);
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let ino = Ino(ino.0);
-        if self.vfs.may_wait(ino, false) {
+        if let Some(shard) = self.vfs.waits_for(ino, false) {
             let vfs = self.vfs.clone();
             return self
                 .waiting
-                .run(move || reply_attr(vfs.getattr(ino), reply));
+                .run_for(shard, move || reply_attr(vfs.getattr(ino), reply));
         }
-        reply_attr(self.vfs.getattr(ino), reply)
+        reply_attr(self.vfs.getattr(ino), reply);
     }
 
     fn open(&self, _req: &Request, _ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -289,13 +310,13 @@ impl Filesystem for Adapter {
         reply: ReplyData,
     ) {
         let ino = Ino(ino.0);
-        if self.vfs.may_wait(ino, true) {
+        if let Some(shard) = self.vfs.waits_for(ino, true) {
             let vfs = self.vfs.clone();
-            return self
-                .waiting
-                .run(move || reply_data(vfs.read(ino, offset, size), reply));
+            return self.waiting.run_for(shard, move || {
+                reply_data(vfs.read(ino, offset, size), reply)
+            });
         }
-        reply_data(self.vfs.read(ino, offset, size), reply)
+        reply_data(self.vfs.read(ino, offset, size), reply);
     }
 
     fn readdir(

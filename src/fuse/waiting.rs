@@ -3,19 +3,30 @@
 //! The FUSE threads are few (two per core): a request that waits for a shard's download on
 //! one of them holds up every other request the kernel has queued, including reads of shards
 //! already on disk and `status.json`. Requests that may wait are handed to this pool instead,
-//! and the FUSE threads go back to the kernel at once. The pool starts a thread when every
-//! thread it has is busy (up to a cap), and a thread that has had nothing to do for
-//! `IDLE_EXIT` ends, so an idle mount holds no waiting threads.
+//! and the FUSE threads go back to the kernel at once.
+//!
+//! Requests are grouped by the shard they wait for: one thread serves a shard's requests one
+//! after the other (the first waits for the download, the rest then read from disk), so the
+//! threads in use follow the shards being waited for, not the readers waiting (16 DataLoader
+//! workers of a rank mostly wait for the same shard). When a shard's request fails, the
+//! requests queued behind it run side by side, so that they share the next download attempt
+//! instead of each making its own in turn.
+//!
+//! The pool starts a thread when every thread it has is busy (up to a cap), and a thread that
+//! has had nothing to do for `IDLE_EXIT` ends, so an idle mount holds no waiting threads.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 /// How long a thread of the pool stays without work before it ends.
 const IDLE_EXIT: Duration = Duration::from_secs(30);
 
-/// One request's work, replying to the kernel when done.
+/// Work for a thread of the pool.
 type Job = Box<dyn FnOnce() + Send + 'static>;
+
+/// One request waiting for a shard: replies to the kernel, and says whether it succeeded.
+type Request = Box<dyn FnOnce() -> bool + Send + 'static>;
 
 /// A pool of threads that run requests which may block for a long time.
 #[derive(Clone)]
@@ -25,6 +36,8 @@ pub struct WaitingPool {
 
 struct Shared {
     state: Mutex<State>,
+    /// Requests queued per shard behind the one its thread is serving.
+    by_shard: Mutex<HashMap<u32, VecDeque<Request>>>,
     work: Condvar,
     max_threads: usize,
     idle_exit: Duration,
@@ -49,10 +62,52 @@ impl WaitingPool {
         WaitingPool {
             shared: Arc::new(Shared {
                 state: Mutex::new(State::default()),
+                by_shard: Mutex::new(HashMap::new()),
                 work: Condvar::new(),
                 max_threads: max_threads.max(1),
                 idle_exit,
             }),
+        }
+    }
+
+    /// Serves `request`, which waits for `shard`, on a thread of the pool: after the requests
+    /// for the same shard queued before it, on the thread serving them.
+    pub fn run_for(&self, shard: u32, request: impl FnOnce() -> bool + Send + 'static) {
+        {
+            let mut by_shard = self.shared.by_shard();
+            if let Some(queued) = by_shard.get_mut(&shard) {
+                queued.push_back(Box::new(request));
+                return;
+            }
+            by_shard.insert(shard, VecDeque::new());
+        }
+        let pool = self.clone();
+        self.run(move || pool.serve_shard(shard, Box::new(request)));
+    }
+
+    /// Serves `first` and then the requests queued for `shard`, until none is left.
+    fn serve_shard(&self, shard: u32, first: Request) {
+        let mut ok = first();
+        loop {
+            let mut by_shard = self.shared.by_shard();
+            let next = by_shard.get_mut(&shard).and_then(|q| q.pop_front());
+            let Some(next) = next else {
+                by_shard.remove(&shard);
+                return;
+            };
+            if !ok {
+                // Side by side: they wait for one new download rather than one each in turn.
+                let rest = by_shard.remove(&shard).unwrap_or_default();
+                drop(by_shard);
+                for r in std::iter::once(next).chain(rest) {
+                    self.run(move || {
+                        r();
+                    });
+                }
+                return;
+            }
+            drop(by_shard);
+            ok = next();
         }
     }
 
@@ -102,6 +157,10 @@ impl WaitingPool {
 impl Shared {
     fn lock(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn by_shard(&self) -> MutexGuard<'_, HashMap<u32, VecDeque<Request>>> {
+        self.by_shard.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// A thread of the pool: runs queued jobs until it has waited `idle_exit` for one.
@@ -184,6 +243,70 @@ mod tests {
             .collect();
         got.sort();
         assert_eq!(got, vec![0, 1, 2, 3, 4, 5]);
+    }
+
+    #[test]
+    fn one_thread_serves_a_shard_s_requests_in_turn_without_holding_up_other_shards() {
+        let pool = WaitingPool::new(8);
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        let (done_tx, done_rx) = mpsc::channel();
+        let threads = Arc::new(Mutex::new(std::collections::HashSet::new()));
+        let mut release_rx = Some(release_rx);
+        for i in 0..4 {
+            let rx = if i == 0 { release_rx.take() } else { None };
+            let tx = done_tx.clone();
+            let threads = threads.clone();
+            pool.run_for(7, move || {
+                if let Some(rx) = rx {
+                    let _ = rx.recv();
+                }
+                threads.lock().unwrap().insert(std::thread::current().id());
+                let _ = tx.send(i);
+                true
+            });
+        }
+        // Shard 7's first request holds its thread: a request for shard 8 goes on at once.
+        let tx = done_tx.clone();
+        pool.run_for(8, move || {
+            let _ = tx.send(100);
+            true
+        });
+        assert_eq!(done_rx.recv_timeout(Duration::from_secs(10)).unwrap(), 100);
+        assert!(done_rx.recv_timeout(Duration::from_millis(200)).is_err());
+        release_tx.send(()).unwrap();
+        let got: Vec<i32> = (0..4)
+            .map(|_| done_rx.recv_timeout(Duration::from_secs(10)).unwrap())
+            .collect();
+        assert_eq!(got, vec![0, 1, 2, 3], "in the order they came");
+        assert_eq!(threads.lock().unwrap().len(), 1, "one thread for the shard");
+        assert!(pool.shared.by_shard().is_empty());
+    }
+
+    #[test]
+    fn after_a_failed_request_the_ones_queued_behind_it_run_side_by_side() {
+        let pool = WaitingPool::new(8);
+        let (release_tx, release_rx) = mpsc::channel::<()>();
+        pool.run_for(3, move || {
+            let _ = release_rx.recv();
+            false
+        });
+        // Three more requests that each finish only once all three run at the same time.
+        let barrier = Arc::new(std::sync::Barrier::new(3));
+        let (done_tx, done_rx) = mpsc::channel();
+        for _ in 0..3 {
+            let (b, tx) = (barrier.clone(), done_tx.clone());
+            pool.run_for(3, move || {
+                b.wait();
+                let _ = tx.send(());
+                true
+            });
+        }
+        release_tx.send(()).unwrap();
+        for _ in 0..3 {
+            done_rx
+                .recv_timeout(Duration::from_secs(10))
+                .expect("the requests behind a failed one ran one after the other");
+        }
     }
 
     #[test]

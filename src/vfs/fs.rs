@@ -222,16 +222,20 @@ impl Vfs {
         Self::ino(child)
     }
 
-    /// Whether answering `getattr` or `read` of `ino` may have to wait for the store: a
-    /// sample file whose shard is neither on disk nor its bytes in memory (and, for
-    /// attributes, whose size is not known yet). Such requests are best served off the
-    /// threads that answer everything else.
-    pub fn may_wait(&self, ino: Ino, for_read: bool) -> bool {
+    /// The shard that answering `getattr` (`for_read` false) or `read` of `ino` may have to
+    /// wait for: a sample file's shard when it is neither on disk nor the sample's bytes in
+    /// memory (and, for attributes, the size is not known yet). Such requests are best served
+    /// off the threads that answer everything else. `None`: answered without the store.
+    pub fn waits_for(&self, ino: Ino, for_read: bool) -> Option<u32> {
         match Node::from_ino(ino) {
-            Some(Node::SampleFile(s, c)) => {
-                (for_read || self.sizes.get(s.0, c).is_none()) && !self.source.can_read_now(s.0)
+            Some(Node::SampleFile(s, c))
+                if (for_read || self.sizes.get(s.0, c).is_none())
+                    && !self.source.can_read_now(s.0) =>
+            {
+                // A sample with no shard is an error answered at once.
+                self.source.shard_of(s.0)
             }
-            _ => false,
+            _ => None,
         }
     }
 
