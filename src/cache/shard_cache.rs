@@ -1040,7 +1040,7 @@ impl ShardCache {
             )
         })?;
         // A copy: a slice would keep the whole shard in memory as long as it lives.
-        Ok(Some(Bytes::copy_from_slice(&raw[r])))
+        Ok(Some(io::direct::kept_copy(&raw[r])))
     }
 
     /// The verified bytes of the fill of `shard` in progress, waiting until they pass their
@@ -1172,7 +1172,7 @@ impl ShardCache {
                 shard,
                 i,
                 Provenance::Verified,
-                Bytes::copy_from_slice(&raw[r]),
+                io::direct::kept_copy(&raw[r]),
             );
         }
         true

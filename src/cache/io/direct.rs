@@ -17,6 +17,7 @@
 //! FUSE file systems do not); the cache then reads and writes the usual buffered way.
 //! See open(2), "O_DIRECT".
 
+use super::page_pool;
 use bytes::Bytes;
 use std::fs::File;
 use std::io;
@@ -42,8 +43,19 @@ pub struct AlignedBuf {
     cap: usize,
     /// Bytes from the start known to be initialised (the most `len` may be).
     init: usize,
-    /// Mapped with mmap(2) (large zeroed buffers), not from the allocator.
-    mapped: bool,
+    /// Where the memory came from (and goes back to).
+    origin: Origin,
+}
+
+/// Where an [`AlignedBuf`]'s memory came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Origin {
+    /// The global allocator.
+    Allocator,
+    /// mmap(2) (large zeroed buffers), unmapped on drop.
+    Mapped,
+    /// The page pool (mid-sized buffers for reads and kept samples), given back on drop.
+    Pooled,
 }
 
 /// Zeroed buffers of at least this many bytes are mapped straight from the kernel: its pages
@@ -92,7 +104,7 @@ impl AlignedBuf {
                 len,
                 cap,
                 init: cap,
-                mapped: true,
+                origin: Origin::Mapped,
             });
         }
         let mut b = Self::from_allocator(cap, true)?;
@@ -104,6 +116,17 @@ impl AlignedBuf {
     /// uninitialised for a read to fill (then nothing is shown until the read says what it
     /// wrote).
     fn from_allocator(cap: usize, zeroed: bool) -> io::Result<Self> {
+        if !zeroed && (page_pool::MIN_BYTES..=page_pool::MAX_BYTES).contains(&cap) {
+            if let Some((ptr, size)) = page_pool::take(cap) {
+                return Ok(Self {
+                    ptr,
+                    len: 0,
+                    cap: size,
+                    init: 0,
+                    origin: Origin::Pooled,
+                });
+            }
+        }
         let layout = Self::layout(cap)?;
         // SAFETY: the layout has a non-zero size.
         let raw = unsafe {
@@ -121,8 +144,23 @@ impl AlignedBuf {
             len: init,
             cap,
             init,
-            mapped: false,
+            origin: Origin::Allocator,
         })
+    }
+
+    /// A copy of `data` (at least one byte) in a buffer of its own.
+    fn copy_of(data: &[u8]) -> io::Result<Self> {
+        let cap = round_up(data.len())
+            .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "buffer too large"))?;
+        let mut b = Self::from_allocator(cap, false)?;
+        // SAFETY: the buffer holds at least `cap` ≥ data.len() bytes, owned by `b`, and does
+        // not overlap `data` (it was just allocated).
+        unsafe {
+            std::ptr::copy_nonoverlapping(data.as_ptr(), b.ptr.as_ptr(), data.len());
+        }
+        b.init = data.len();
+        b.len = data.len();
+        Ok(b)
     }
 
     /// A buffer of no bytes, holding no memory.
@@ -132,7 +170,7 @@ impl AlignedBuf {
             len: 0,
             cap: 0,
             init: 0,
-            mapped: false,
+            origin: Origin::Allocator,
         }
     }
 
@@ -153,10 +191,19 @@ impl Drop for AlignedBuf {
         if self.cap == 0 {
             return;
         }
-        if self.mapped {
-            // SAFETY: mapped in `zeroed` with exactly `cap` bytes, unmapped once.
-            unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.cap) };
-            return;
+        match self.origin {
+            Origin::Mapped => {
+                // SAFETY: mapped in `zeroed` with exactly `cap` bytes, unmapped once.
+                unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.cap) };
+                return;
+            }
+            Origin::Pooled => {
+                // SAFETY: taken from the pool with exactly `cap` bytes; dropped once, so
+                // nothing uses it after.
+                unsafe { page_pool::give_back(self.ptr, self.cap) };
+                return;
+            }
+            Origin::Allocator => {}
         }
         if let Ok(layout) = Self::layout(self.cap) {
             // SAFETY: allocated in `zeroed` with this very layout.
@@ -269,7 +316,7 @@ pub fn read_exact_into<'a>(
 /// Reads exactly `len` bytes at `offset` from `file` (opened with `O_DIRECT`), through an
 /// aligned span around them; `UnexpectedEof` if the file is shorter.
 ///
-/// The bytes come back in the aligned buffer itself (no copy) unless the span is much larger
+/// The bytes come back in the aligned buffer itself (no copy) unless the buffer is much larger
 /// than the range (a small sample), when they are copied out so a kept sample does not hold
 /// a buffer many times its size.
 pub fn read_exact_at(file: &File, offset: u64, len: usize) -> io::Result<Bytes> {
@@ -284,10 +331,23 @@ pub fn read_exact_at(file: &File, offset: u64, len: usize) -> io::Result<Bytes> 
         .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
     let mut buf = AlignedBuf::from_allocator(span, false)?;
     read_exact_into(file, &mut buf, start, lead + len)?;
-    if span - len > len / 8 {
-        return Ok(Bytes::copy_from_slice(&buf[lead..]));
+    // (A quarter: the page pool's size classes alone may add a fifth.)
+    if buf.capacity() - len > len / 4 {
+        return Ok(kept_copy(&buf[lead..]));
     }
     Ok(Bytes::from_owner(buf).slice(lead..))
+}
+
+/// A copy of `data` to keep for a while (a sample for the memory tier): mid-sized ones in
+/// page-pool buffers (`page_pool`), which strand no malloc arena pages between short-lived
+/// allocations; others from the allocator.
+pub fn kept_copy(data: &[u8]) -> Bytes {
+    if (page_pool::MIN_BYTES..=page_pool::MAX_BYTES).contains(&data.len()) {
+        if let Ok(b) = AlignedBuf::copy_of(data) {
+            return Bytes::from_owner(b);
+        }
+    }
+    Bytes::copy_from_slice(data)
 }
 
 /// True when `data` starts on an [`ALIGN`] boundary, as [`write_new`] needs.
@@ -382,15 +442,31 @@ mod tests {
     #[test]
     fn aligned_buffers_start_on_a_block_and_round_their_capacity_up() {
         let big = AlignedBuf::zeroed(3 << 20).unwrap();
-        assert!(is_aligned(&big) && big.mapped && big.iter().all(|&x| x == 0));
+        assert!(is_aligned(&big) && big.origin == Origin::Mapped && big.iter().all(|&x| x == 0));
         let b = AlignedBuf::zeroed(5000).unwrap();
-        assert!(is_aligned(&b) && !b.mapped);
+        assert!(is_aligned(&b) && b.origin != Origin::Mapped);
         assert_eq!(b.len(), 5000);
         assert_eq!(b.capacity(), 2 * ALIGN);
         assert!(b.iter().all(|&x| x == 0));
         let mut b = b;
         b.set_len(3 * ALIGN);
         assert_eq!(b.len(), 2 * ALIGN, "never past the capacity");
+    }
+
+    #[test]
+    fn kept_copies_match_and_mid_sized_ones_come_from_the_page_pool() {
+        let (min, max) = (page_pool::MIN_BYTES, page_pool::MAX_BYTES);
+        for len in [1, 100, min - 1, min, 20_000, 333_333, max, max + 1] {
+            let data: Vec<u8> = (0..len).map(|i| (i * 31 % 251) as u8).collect();
+            assert_eq!(&kept_copy(&data)[..], &data[..], "{len}");
+            let b = AlignedBuf::copy_of(&data).unwrap();
+            assert_eq!(&b[..], &data[..], "{len}");
+            assert_eq!(
+                b.origin == Origin::Pooled,
+                (min..=max).contains(&round_up(len).unwrap()),
+                "{len}"
+            );
+        }
     }
 
     #[test]
@@ -414,7 +490,16 @@ mod tests {
             );
             return;
         }
-        for size in [1usize, 100, ALIGN, ALIGN + 1, 3 * ALIGN - 7, 300_001] {
+        for size in [
+            1usize,
+            100,
+            ALIGN,
+            ALIGN + 1,
+            3 * ALIGN - 7,
+            20_011,
+            110_000,
+            300_001,
+        ] {
             let mut data = AlignedBuf::zeroed(size).unwrap();
             for (i, b) in data.iter_mut().enumerate() {
                 *b = (i * 7 % 251) as u8;

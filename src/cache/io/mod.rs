@@ -8,6 +8,7 @@
 //! page-cache hits, see the bench). `SHARDFS_IO=pread|uring|uring-inline|auto` overrides.
 
 pub(crate) mod direct;
+pub(crate) mod page_pool;
 mod pread;
 mod uring;
 mod uring_inline;

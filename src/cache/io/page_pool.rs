@@ -1,0 +1,162 @@
+//! Page-aligned buffers of 16 KiB to 1 MiB kept apart from malloc's arenas, and reused.
+//!
+//! Samples read from cached files and the copies the memory tier keeps are mid-sized (a few
+//! KiB to a few hundred) and live from microseconds (a read's buffer) to minutes (a sample in
+//! the tier). From malloc's arenas, the long-lived ones pin pages between the short-lived
+//! ones, so a long run keeps growing free memory the process cannot return: in the 10-minute
+//! soak the daemon's RSS rose by a third, much of it free memory the arenas held
+//! (`malloc_stats`; bench/RESULTS.md).
+//! Buffers from here are whole pages mapped from the kernel, sorted into size classes of a
+//! quarter octave (a buffer wastes at most a fifth of its size), and a freed buffer goes back
+//! to its class's free list for the next one of that class, so the steady state asks the
+//! kernel for little. Free lists hold at most [`RETAIN_BYTES`] in all; a buffer freed past
+//! that is unmapped.
+
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
+
+/// Page size the buffers are made of (and aligned to).
+pub const PAGE: usize = 4096;
+
+/// Smallest buffer served from here (smaller ones are cheap for malloc and strand little).
+pub const MIN_BYTES: usize = 16 << 10;
+
+/// Largest buffer served from here (larger ones are mapped and unmapped one by one).
+pub const MAX_BYTES: usize = 1 << 20;
+
+/// Most free bytes the free lists keep, over all classes.
+pub const RETAIN_BYTES: usize = 4 << 20;
+
+/// Size classes: 4 per doubling, from `MIN_BYTES` to `MAX_BYTES`, in pages.
+const CLASSES: usize = 4 * 6 + 1;
+
+/// A free buffer's address (a mapping of its class's size), kept for reuse.
+struct FreeBuf(NonNull<u8>);
+
+// SAFETY: a free buffer is owned by the free list alone; nothing else refers to it.
+unsafe impl Send for FreeBuf {}
+
+/// The process's pool.
+struct Pool {
+    free: [Mutex<Vec<FreeBuf>>; CLASSES],
+    retained: AtomicUsize,
+}
+
+static POOL: Pool = Pool {
+    free: [const { Mutex::new(Vec::new()) }; CLASSES],
+    retained: AtomicUsize::new(0),
+};
+
+/// The size class of a `len`-byte buffer (`len` in `MIN_BYTES..=MAX_BYTES`), and its size.
+fn class_of(len: usize) -> (usize, usize) {
+    let pages = len.div_ceil(PAGE).max(MIN_BYTES / PAGE);
+    // Octave k holds 2^k..2^(k+1) pages (k = 2 for 16 KiB), in four steps of 2^k / 4.
+    let k = usize::BITS as usize - 1 - pages.leading_zeros() as usize;
+    let step = (1usize << k) / 4;
+    let quarter = (pages - (1 << k)).div_ceil(step);
+    // quarter is 0..=4; 4 is the next octave's first class.
+    let class = (k - 2) * 4 + quarter;
+    let size_pages = (1 << k) + quarter * step;
+    (class, size_pages * PAGE)
+}
+
+/// A page-aligned buffer of at least `len` bytes (`len` in `MIN_BYTES..=MAX_BYTES`), its
+/// contents left from earlier use or zero, and the size it really has. `None` when the kernel
+/// has no memory to map.
+pub fn take(len: usize) -> Option<(NonNull<u8>, usize)> {
+    debug_assert!((MIN_BYTES..=MAX_BYTES).contains(&len));
+    let (class, size) = class_of(len);
+    let reused = POOL.free[class]
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .pop();
+    if let Some(FreeBuf(ptr)) = reused {
+        POOL.retained.fetch_sub(size, Ordering::Relaxed);
+        return Some((ptr, size));
+    }
+    // SAFETY: a fresh private anonymous mapping; the kernel picks a page-aligned address.
+    let raw = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
+            -1,
+            0,
+        )
+    };
+    if raw == libc::MAP_FAILED {
+        return None;
+    }
+    NonNull::new(raw.cast::<u8>()).map(|p| (p, size))
+}
+
+/// Gives back a buffer that [`take`] returned with this `size`: kept for reuse while the
+/// free lists hold under [`RETAIN_BYTES`], else unmapped.
+///
+/// # Safety
+/// `ptr` and `size` must come from one call of [`take`], and nothing may use the buffer
+/// after this call.
+pub unsafe fn give_back(ptr: NonNull<u8>, size: usize) {
+    let (class, class_size) = class_of(size);
+    debug_assert_eq!(class_size, size);
+    if POOL.retained.fetch_add(size, Ordering::Relaxed) + size <= RETAIN_BYTES {
+        POOL.free[class]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(FreeBuf(ptr));
+        return;
+    }
+    POOL.retained.fetch_sub(size, Ordering::Relaxed);
+    // SAFETY: (caller) a mapping of exactly `size` bytes that nothing uses any more.
+    unsafe { libc::munmap(ptr.as_ptr().cast(), size) };
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn classes_cover_every_size_with_little_waste() {
+        let mut last = class_of(MIN_BYTES);
+        for len in (MIN_BYTES..=MAX_BYTES).step_by(512) {
+            let (class, size) = class_of(len);
+            assert!(class < CLASSES, "{len}: class {class}");
+            assert!(size >= len && size % PAGE == 0, "{len}: {size}");
+            assert!(
+                size - len <= len / 4 + PAGE,
+                "{len} bytes in a {size}-byte buffer"
+            );
+            // Classes only grow with the length, and one class is one size.
+            assert!(class >= last.0);
+            if class == last.0 {
+                assert_eq!(size, last.1);
+            }
+            last = (class, size);
+        }
+        assert_eq!(class_of(MIN_BYTES), (0, MIN_BYTES));
+        assert_eq!(class_of(MAX_BYTES), (CLASSES - 1, MAX_BYTES));
+        // A class's own size maps back to it (give_back relies on that).
+        for len in [MIN_BYTES, 20 << 10, 100 << 10, 333 << 10, MAX_BYTES] {
+            let (class, size) = class_of(len);
+            assert_eq!(class_of(size), (class, size));
+        }
+    }
+
+    #[test]
+    fn a_buffer_given_back_is_the_next_one_taken_of_its_class() {
+        // A class no other test of this process uses, so the free list is this test's.
+        let len = 700 << 10;
+        let (ptr, size) = take(len).unwrap();
+        assert_eq!(ptr.as_ptr() as usize % PAGE, 0);
+        // SAFETY: a fresh buffer of `size` bytes.
+        unsafe { std::ptr::write_bytes(ptr.as_ptr(), 7, size) };
+        // SAFETY: from `take`, not used after.
+        unsafe { give_back(ptr, size) };
+        let (again, size2) = take(len - 1000).unwrap();
+        assert_eq!((again, size2), (ptr, size));
+        // SAFETY: from `take`, not used after.
+        unsafe { give_back(again, size2) };
+    }
+}
