@@ -152,6 +152,23 @@ struct Adapter {
     waiting: WaitingPool,
 }
 
+impl Adapter {
+    /// Runs `answer` (a request's reply; true unless it answered an error) on this FUSE
+    /// thread, or on the waiting pool when answering `ino` may wait for a shard's download
+    /// (`for_read`: a READ, else a size).
+    fn answer(&self, ino: Ino, for_read: bool, answer: impl FnOnce(&Vfs) -> bool + Send + 'static) {
+        match self.vfs.waits_for(ino, for_read) {
+            Some(shard) => {
+                let vfs = self.vfs.clone();
+                self.waiting.run_for(shard, move || answer(&vfs));
+            }
+            None => {
+                answer(&self.vfs);
+            }
+        }
+    }
+}
+
 /// Answers a LOOKUP; true unless it answered an error.
 fn reply_entry(r: Result<Attr, VfsError>, reply: ReplyEntry) -> bool {
     match r {
@@ -266,24 +283,12 @@ impl Filesystem for Adapter {
             Ok(ino) => ino,
             Err(e) => return reply.error(errno(&e)),
         };
-        if let Some(shard) = self.vfs.waits_for(ino, false) {
-            let vfs = self.vfs.clone();
-            return self
-                .waiting
-                .run_for(shard, move || reply_entry(vfs.getattr(ino), reply));
-        }
-        reply_entry(self.vfs.getattr(ino), reply);
+        self.answer(ino, false, move |vfs| reply_entry(vfs.getattr(ino), reply));
     }
 
     fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
         let ino = Ino(ino.0);
-        if let Some(shard) = self.vfs.waits_for(ino, false) {
-            let vfs = self.vfs.clone();
-            return self
-                .waiting
-                .run_for(shard, move || reply_attr(vfs.getattr(ino), reply));
-        }
-        reply_attr(self.vfs.getattr(ino), reply);
+        self.answer(ino, false, move |vfs| reply_attr(vfs.getattr(ino), reply));
     }
 
     fn open(&self, _req: &Request, _ino: INodeNo, flags: OpenFlags, reply: ReplyOpen) {
@@ -310,13 +315,9 @@ impl Filesystem for Adapter {
         reply: ReplyData,
     ) {
         let ino = Ino(ino.0);
-        if let Some(shard) = self.vfs.waits_for(ino, true) {
-            let vfs = self.vfs.clone();
-            return self.waiting.run_for(shard, move || {
-                reply_data(vfs.read(ino, offset, size), reply)
-            });
-        }
-        reply_data(self.vfs.read(ino, offset, size), reply);
+        self.answer(ino, true, move |vfs| {
+            reply_data(vfs.read(ino, offset, size), reply)
+        });
     }
 
     fn readdir(

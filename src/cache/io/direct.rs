@@ -82,23 +82,8 @@ impl AlignedBuf {
         let cap = round_up(len)
             .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "buffer too large"))?;
         if cap >= MAP_AT_LEAST {
-            // SAFETY: a fresh private anonymous mapping; the kernel picks the (page-aligned,
-            // so ALIGN-aligned) address and zero-fills pages on first touch.
-            let raw = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    cap,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_PRIVATE | libc::MAP_ANONYMOUS,
-                    -1,
-                    0,
-                )
-            };
-            if raw == libc::MAP_FAILED {
-                return Err(io::Error::last_os_error());
-            }
-            let ptr = NonNull::new(raw.cast::<u8>())
-                .ok_or_else(|| io::Error::new(io::ErrorKind::OutOfMemory, "mmap gave null"))?;
+            // Page-aligned, so ALIGN-aligned; pages are zero-filled on first touch.
+            let ptr = page_pool::map(cap)?;
             return Ok(Self {
                 ptr,
                 len,
@@ -194,7 +179,7 @@ impl Drop for AlignedBuf {
         match self.origin {
             Origin::Mapped => {
                 // SAFETY: mapped in `zeroed` with exactly `cap` bytes, unmapped once.
-                unsafe { libc::munmap(self.ptr.as_ptr().cast(), self.cap) };
+                unsafe { page_pool::unmap(self.ptr, self.cap) };
                 return;
             }
             Origin::Pooled => {

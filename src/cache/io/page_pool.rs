@@ -75,6 +75,12 @@ pub fn take(len: usize) -> Option<(NonNull<u8>, usize)> {
         POOL.retained.fetch_sub(size, Ordering::Relaxed);
         return Some((ptr, size));
     }
+    map(size).ok().map(|p| (p, size))
+}
+
+/// `size` bytes of fresh private anonymous memory from the kernel: page-aligned, and zero
+/// until first written.
+pub fn map(size: usize) -> std::io::Result<NonNull<u8>> {
     // SAFETY: a fresh private anonymous mapping; the kernel picks a page-aligned address.
     let raw = unsafe {
         libc::mmap(
@@ -87,9 +93,19 @@ pub fn take(len: usize) -> Option<(NonNull<u8>, usize)> {
         )
     };
     if raw == libc::MAP_FAILED {
-        return None;
+        return Err(std::io::Error::last_os_error());
     }
-    NonNull::new(raw.cast::<u8>()).map(|p| (p, size))
+    NonNull::new(raw.cast::<u8>())
+        .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::OutOfMemory, "mmap gave null"))
+}
+
+/// Returns memory that [`map`] gave to the kernel.
+///
+/// # Safety
+/// `ptr` and `size` must come from one call of [`map`], and nothing may use the memory after.
+pub unsafe fn unmap(ptr: NonNull<u8>, size: usize) {
+    // SAFETY: (caller) a mapping of exactly `size` bytes that nothing uses any more.
+    unsafe { libc::munmap(ptr.as_ptr().cast(), size) };
 }
 
 /// Gives back a buffer that [`take`] returned with this `size`: kept for reuse while the
@@ -109,8 +125,8 @@ pub unsafe fn give_back(ptr: NonNull<u8>, size: usize) {
         return;
     }
     POOL.retained.fetch_sub(size, Ordering::Relaxed);
-    // SAFETY: (caller) a mapping of exactly `size` bytes that nothing uses any more.
-    unsafe { libc::munmap(ptr.as_ptr().cast(), size) };
+    // SAFETY: (caller) mapped by `take` with exactly `size` bytes, not used any more.
+    unsafe { unmap(ptr, size) };
 }
 
 #[cfg(test)]
