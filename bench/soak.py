@@ -104,15 +104,36 @@ def cache_counters(mnt):
 
 def buffer_kb(mnt):
     """KiB the mount holds in its bounded buffers now (memory tier, shards being downloaded
-    and download buffers kept for the next ones, all bounded by --memory-limit;
-    status.json), or None when unreadable."""
+    and download buffers kept for the next ones, all bounded by --memory-limit), and the
+    daemon's `memory` section (allocator and page pool bytes), both from status.json; None
+    for what is unreadable."""
     try:
         with open(os.path.join(mnt, ".shardfs", "status.json")) as f:
-            caches = json.load(f)["cache"]
-        return sum(c.get("memory_tier_bytes", 0) + c.get("downloading_bytes", 0)
-                   + c.get("idle_download_buffer_bytes", 0) for c in caches) / 1024
+            status = json.load(f)
+        buffers = sum(c.get("memory_tier_bytes", 0) + c.get("downloading_bytes", 0)
+                      + c.get("idle_download_buffer_bytes", 0) for c in status["cache"]) / 1024
+        return buffers, status.get("memory")
     except (OSError, ValueError, KeyError, TypeError):
-        return None
+        return None, None
+
+
+# The parts of status.json's `memory` section reported per minute.
+MEMORY_PARTS = ("heap_in_use_bytes", "heap_mapped_bytes", "heap_free_bytes",
+                "page_pool_mapped_bytes",
+                "page_pool_free_bytes")
+
+
+def memory_per_minute(memory_samples, minutes):
+    """Mean MB of each part of the daemon's memory in each minute (None when unknown)."""
+    out = {}
+    for part in MEMORY_PARTS:
+        row = []
+        for k in range(minutes):
+            xs = [m[part] for t, m in memory_samples
+                  if 60 * k <= t < 60 * (k + 1) and m and m.get(part) is not None]
+            row.append(round(sum(xs) / len(xs) / 1e6, 1) if xs else None)
+        out[part.replace("_bytes", "_mb")] = row
+    return out
 
 
 def quantiles(xs):
@@ -359,6 +380,7 @@ def run(args, bins, procs, work):
     # take microseconds, while status.json (read below for the buffers and counters) waits
     # behind the readers' requests, and an uneven sampling would weigh some moments more.
     samples, buffer_samples, kinds, counters, status_reads = [], [], [], [], []
+    memory_samples = []
 
     def sample_proc():
         while time.time() < deadline:
@@ -370,9 +392,10 @@ def run(args, bins, procs, work):
     while time.time() < deadline:
         # RSS read right after the buffers, so the two describe the same moment.
         asked = time.time()
-        buffers = buffer_kb(mnt)
+        buffers, memory = buffer_kb(mnt)
         status_reads.append(time.time() - asked)
         buffer_samples.append((time.time() - start, rss_kb(m.pid), buffers))
+        memory_samples.append((time.time() - start, memory))
         # Every 10 s by the clock (a status.json read may be slow: not every 10th read).
         if time.time() >= next_counters:
             next_counters += 10
@@ -433,6 +456,10 @@ def run(args, bins, procs, work):
             window(60 * k, 60 * (k + 1))["rss_outside_buffers_mb"]
             for k in range(int(elapsed // 60) + 1)],
         "rss_mb_max": round(max((x[1] for x in samples), default=0) / 1024, 1),
+        # What the memory is made of, per minute (status.json's `memory`): malloc's bytes in
+        # use and free (glibc builds), the page pool's mapped and free bytes.
+        "memory_parts_mb_per_minute": memory_per_minute(memory_samples,
+                                                        int(elapsed // 60) + 1),
         "threads_per_minute": [max((s[3] for s in samples if 60 * k <= s[0] < 60 * (k + 1)),
                                    default=None) for k in range(int(elapsed // 60) + 1)],
         # Every second's sample: seconds, RSS MB, open fds, threads.

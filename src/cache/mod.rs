@@ -44,6 +44,7 @@ mod memory;
 mod options;
 mod policy;
 mod preload;
+pub mod process_memory;
 mod shard_cache;
 mod stats;
 

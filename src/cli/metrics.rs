@@ -316,6 +316,29 @@ fn families(status: &Value) -> Vec<(&'static str, &'static str, Family)> {
         "Seconds since the mount started.",
         Family::Gauge(one(&status["uptime_seconds"])),
     ));
+    let memory: Vec<_> = [
+        ("resident", "rss_bytes"),
+        ("heap_in_use", "heap_in_use_bytes"),
+        ("heap_mapped", "heap_mapped_bytes"),
+        ("heap_free", "heap_free_bytes"),
+        ("page_pool", "page_pool_mapped_bytes"),
+        ("page_pool_free", "page_pool_free_bytes"),
+    ]
+    .iter()
+    .filter_map(|(kind, field)| {
+        num(&status["memory"][*field]).map(|n| (label(&[("kind", kind)]), n))
+    })
+    .collect();
+    out.push((
+        "shardfs_process_memory_bytes",
+        "The daemon's memory by kind: resident (RSS), heap_in_use, heap_mapped and heap_free (malloc's, glibc builds only), page_pool (buffers mapped apart from malloc) and page_pool_free (of those, kept free for reuse).",
+        Family::Gauge(memory),
+    ));
+    out.push((
+        "shardfs_process_threads",
+        "Threads of the daemon.",
+        Family::Gauge(one(&status["memory"]["threads"])),
+    ));
     out
 }
 
@@ -482,6 +505,9 @@ mod tests {
                        "idle_download_buffer_bytes": 32,
                        "verify_failures": 0, "fetch_latency": h.snapshot().to_json()}],
             "read_latency": h.snapshot().to_json(),
+            "memory": {"rss_bytes": 40960000, "threads": 65, "heap_in_use_bytes": null,
+                       "heap_mapped_bytes": null, "heap_free_bytes": null, "page_pool_mapped_bytes": 4096,
+                       "page_pool_free_bytes": 0},
         });
         let text = render(status);
         for want in [
@@ -498,11 +524,16 @@ mod tests {
             "shardfs_memory_tier_bytes{stream=\"0\",source=\"s3://b/p\"} 700",
             "shardfs_downloading_bytes{stream=\"0\",source=\"s3://b/p\"} 64",
             "shardfs_idle_download_buffer_bytes{stream=\"0\",source=\"s3://b/p\"} 32",
+            "shardfs_process_memory_bytes{kind=\"resident\"} 40960000",
+            "shardfs_process_memory_bytes{kind=\"page_pool_free\"} 0",
+            "shardfs_process_threads 65",
             "# EOF",
         ] {
             assert!(text.contains(want), "missing {want:?} in:\n{text}");
         }
-        // An unlimited cache has no limit sample.
+        // An unlimited cache has no limit sample; a C library without malloc statistics none
+        // of the heap's.
         assert!(!text.contains("shardfs_cache_limit_bytes{"), "{text}");
+        assert!(!text.contains("kind=\"heap_"), "{text}");
     }
 }

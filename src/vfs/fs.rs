@@ -670,6 +670,7 @@ impl Vfs {
             "readahead": self.readahead_status(),
             "cache": self.source.status(),
             "read_latency": self.read_latency.snapshot().to_json(),
+            "memory": crate::cache::process_memory::snapshot(),
         })
     }
 }

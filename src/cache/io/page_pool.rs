@@ -41,12 +41,33 @@ unsafe impl Send for FreeBuf {}
 struct Pool {
     free: [Mutex<Vec<FreeBuf>>; CLASSES],
     retained: AtomicUsize,
+    /// Bytes [`map`] gave out and [`unmap`] has not returned (buffers in use and free).
+    mapped: AtomicUsize,
 }
 
 static POOL: Pool = Pool {
     free: [const { Mutex::new(Vec::new()) }; CLASSES],
     retained: AtomicUsize::new(0),
+    mapped: AtomicUsize::new(0),
 };
+
+/// How much memory the buffers mapped here hold now.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolUsage {
+    /// Bytes mapped by [`map`] and not unmapped yet: buffers in use, the free lists, and the
+    /// large zeroed buffers mapped one by one.
+    pub mapped_bytes: usize,
+    /// Of those, bytes on the free lists waiting for reuse (at most [`RETAIN_BYTES`]).
+    pub free_bytes: usize,
+}
+
+/// The pool's memory now (for `status.json`'s memory section).
+pub fn usage() -> PoolUsage {
+    PoolUsage {
+        mapped_bytes: POOL.mapped.load(Ordering::Relaxed),
+        free_bytes: POOL.retained.load(Ordering::Relaxed),
+    }
+}
 
 /// The size class of a `len`-byte buffer (`len` in `MIN_BYTES..=MAX_BYTES`), and its size.
 fn class_of(len: usize) -> (usize, usize) {
@@ -95,6 +116,7 @@ pub fn map(size: usize) -> std::io::Result<NonNull<u8>> {
     if raw == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
     }
+    POOL.mapped.fetch_add(size, Ordering::Relaxed);
     NonNull::new(raw.cast::<u8>())
         .ok_or_else(|| std::io::Error::new(std::io::ErrorKind::OutOfMemory, "mmap gave null"))
 }
@@ -106,6 +128,7 @@ pub fn map(size: usize) -> std::io::Result<NonNull<u8>> {
 pub unsafe fn unmap(ptr: NonNull<u8>, size: usize) {
     // SAFETY: (caller) a mapping of exactly `size` bytes that nothing uses any more.
     unsafe { libc::munmap(ptr.as_ptr().cast(), size) };
+    POOL.mapped.fetch_sub(size, Ordering::Relaxed);
 }
 
 /// Gives back a buffer that [`take`] returned with this `size`: kept for reuse while the
