@@ -6,21 +6,19 @@
 #   bench/run.sh --setup-venv    create ~/.cache/shardfs-bench/venv (mosaicml-streaming + torch)
 # Other flags go to harness.py (--samples, --workers, --latency-ms, --bandwidth-mbps,
 # --systems, ...; `python3 bench/harness.py --help --bins {}` lists them).
-# Environment: CARGO_TARGET_DIR (default target/), BENCH_PROFILE (release; debug for --smoke).
+# Environment: CARGO_TARGET_DIR (default target/), BENCH_PROFILE (release).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(dirname "$here")"
 venv="${BENCH_VENV:-$HOME/.cache/shardfs-bench/venv}"
 
 args=()
-smoke=0
 for a in "$@"; do
   case "$a" in
     --setup-venv)
       python3 -m venv "$venv"
       "$venv/bin/pip" install 'mosaicml-streaming==0.13.0'
       exit 0 ;;
-    --smoke) smoke=1; args+=("$a") ;;
     *) args+=("$a") ;;
   esac
 done
@@ -34,7 +32,7 @@ if ! command -v fusermount3 >/dev/null 2>&1; then
   DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq fuse3 >/dev/null
 fi
 
-profile="${BENCH_PROFILE:-$([ "$smoke" = 1 ] && echo debug || echo release)}"
+profile="${BENCH_PROFILE:-release}"
 target="${CARGO_TARGET_DIR:-$repo/target}"
 if [ "$profile" = debug ]; then cargo_profile=(--profile dev); else cargo_profile=(--profile "$profile"); fi
 (cd "$repo" && cargo build --quiet "${cargo_profile[@]}" --bin shardfs \

@@ -2,14 +2,12 @@
 # The soak and fault run (bench/soak.py): builds shardfs, the bench S3 server and bench-gen,
 # then reads a dataset through a server that injects faults, checking every byte.
 #   bench/soak.sh            10 minutes, 64 readers, 4 ranks (release build)
-#   bench/soak.sh --short    about a minute, 16 readers (debug build, as CI runs it)
+#   bench/soak.sh --short    about a minute, 16 readers (as CI runs it)
 # Other flags go to soak.py (--minutes, --readers, --fault-rate, ...).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 repo="$(dirname "$here")"
-short=0
-for a in "$@"; do [ "$a" = --short ] && short=1; done
-profile="${BENCH_PROFILE:-$([ "$short" = 1 ] && echo debug || echo release)}"
+profile="${BENCH_PROFILE:-release}"
 target="${CARGO_TARGET_DIR:-$repo/target}"
 if [ "$profile" = debug ]; then cargo_profile=(--profile dev); else cargo_profile=(--profile "$profile"); fi
 (cd "$repo" && cargo build --quiet "${cargo_profile[@]}" --bin shardfs \

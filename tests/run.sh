@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Runs every test of shardfs on a fresh machine, with nothing beside the clone.
 #
-# It installs what the tests need and is missing, then runs `cargo test --locked`:
+# It installs what the tests need and is missing, then runs `cargo test --locked --release`
+# (release, like the README's demo: the two share every compiled dependency, which saves a
+# whole build of them):
 #   - the fuse3 package (fusermount3, /etc/fuse.conf), curl and `script` (bsdutils, for a
 #     terminal in the live-status test) through apt-get, as root or with sudo;
 #   - nodejs/npm through apt-get when missing, and Azurite (the Azure Blob emulator) with npm,
@@ -72,5 +74,5 @@ fi
 export SHARDFS_AZURITE="$node_dir/node_modules/.bin/azurite-blob"
 
 # --- the tests ----------------------------------------------------------------------------------
-say "cargo test --locked $*"
-exec cargo test --locked "$@"
+say "cargo test --locked --release $*"
+exec cargo test --locked --release "$@"

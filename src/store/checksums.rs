@@ -115,9 +115,20 @@ pub struct ChecksumConnector;
 
 impl HttpConnector for ChecksumConnector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
+        install_tls_provider();
         let inner = ReqwestConnector::default().connect(options)?;
         Ok(HttpClient::new(ChecksumService { inner }))
     }
+}
+
+/// Makes `ring` the process's TLS provider, once, before the first client is built: reqwest is
+/// built without a bundled one (Cargo.toml says why), and rustls refuses to make a client
+/// without a provider. A provider some other part of the process installed first is kept.
+fn install_tls_provider() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
 }
 
 #[derive(Debug)]
