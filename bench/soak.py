@@ -103,15 +103,17 @@ def cache_counters(mnt):
 
 
 def buffer_kb(mnt):
-    """KiB the mount holds in its bounded buffers now (memory tier, shards being downloaded
-    and download buffers kept for the next ones, all bounded by --memory-limit), and the
+    """KiB the mount holds in its bounded buffers now (memory tier, samples read ahead,
+    shards being downloaded and download buffers kept for the next ones, all bounded by
+    --memory-limit), and the
     daemon's `memory` section (allocator and page pool bytes), both from status.json; None
     for what is unreadable."""
     try:
         with open(os.path.join(mnt, ".shardfs", "status.json")) as f:
             status = json.load(f)
         buffers = sum(c.get("memory_tier_bytes", 0) + c.get("downloading_bytes", 0)
-                      + c.get("idle_download_buffer_bytes", 0) for c in status["cache"]) / 1024
+                      + c.get("idle_download_buffer_bytes", 0) + c.get("read_ahead_bytes", 0)
+                      for c in status["cache"]) / 1024
         return buffers, status.get("memory")
     except (OSError, ValueError, KeyError, TypeError):
         return None, None
@@ -415,7 +417,7 @@ def run(args, bins, procs, work):
         rest = [r - b for t, r, b in buffer_samples if lo <= t < hi and b is not None]
         return {"rss_mb": round(sum(s[1] for s in xs) / len(xs) / 1024, 1),
                 "fds": round(sum(s[2] for s in xs) / len(xs), 1),
-                # RSS less what the memory tier and the downloads held at that moment.
+                # RSS less what the bounded buffers (memory tier, read-ahead, downloads) held then.
                 "rss_outside_buffers_mb": round(sum(rest) / len(rest) / 1024, 1)
                 if rest else None}
     first = window(0, args.window_s)
@@ -499,7 +501,7 @@ def run(args, bins, procs, work):
           f"{total['wrong_bytes']} wrong bytes, {total['eio']} EIO ({total['recovered']} "
           f"recovered, {total['unrecovered']} not), RSS {first['rss_mb']} -> {last['rss_mb']} MB "
           f"({report['rss_growth_pct']} %; {report['rss_growth_after_first_minute_pct']} % after "
-          f"the first minute; outside the memory tier and downloads "
+          f"the first minute; outside the bounded buffers (memory tier, read-ahead, downloads) "
           f"{first['rss_outside_buffers_mb']} -> {last['rss_outside_buffers_mb']} MB, "
           f"{report['rss_outside_buffers_growth_pct']} %), "
           f"fds {first['fds']} -> {last['fds']}, status.json read in "
