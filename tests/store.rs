@@ -874,3 +874,113 @@ fn s3_options_with(endpoint: &str, opts: StoreOptions) -> StoreOptions {
         ..opts
     }
 }
+
+/// A TLS server on loopback with the certificate of `tests/tls/` (signed by a CA nobody
+/// trusts unless told to) that answers every request 404, and how many TLS connections and
+/// HTTP requests it has seen.
+fn tls_server() -> (
+    String,
+    Arc<std::sync::atomic::AtomicUsize>,
+    Arc<std::sync::atomic::AtomicUsize>,
+) {
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
+    use std::io::{Read, Write};
+    use std::sync::atomic::Ordering;
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
+    let cert = CertificateDer::from(std::fs::read(dir.join("cert.der")).unwrap());
+    let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
+        std::fs::read(dir.join("key.pk8.der")).unwrap(),
+    ));
+    let config = Arc::new(
+        rustls::ServerConfig::builder_with_provider(Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .unwrap(),
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (connections, requests) = (Arc::default(), Arc::default());
+    let (c, r): (
+        Arc<std::sync::atomic::AtomicUsize>,
+        Arc<std::sync::atomic::AtomicUsize>,
+    ) = (Arc::clone(&connections), Arc::clone(&requests));
+    std::thread::spawn(move || {
+        for tcp in listener.incoming().flatten() {
+            c.fetch_add(1, Ordering::SeqCst);
+            let (config, r) = (Arc::clone(&config), Arc::clone(&r));
+            std::thread::spawn(move || {
+                let conn = rustls::ServerConnection::new(config).unwrap();
+                let mut tls = rustls::StreamOwned::new(conn, tcp);
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                // The handshake happens on the first read; a client that refuses the
+                // certificate ends the connection there.
+                while !head.ends_with(b"\r\n\r\n") {
+                    match tls.read(&mut byte) {
+                        Ok(1) => head.push(byte[0]),
+                        _ => return,
+                    }
+                }
+                r.fetch_add(1, Ordering::SeqCst);
+                let _ = tls.write_all(
+                    b"HTTP/1.1 404 Not Found\r\ncontent-length: 0\r\nconnection: close\r\n\r\n",
+                );
+                let _ = tls.flush();
+            });
+        }
+    });
+    (format!("https://localhost:{port}"), connections, requests)
+}
+
+#[test]
+fn an_untrusted_tls_certificate_fails_at_once_and_a_trusted_ca_file_fixes_it() {
+    use std::sync::atomic::Ordering;
+    let (endpoint, connections, requests) = tls_server();
+    let opts = StoreOptions {
+        endpoint_url: Some(endpoint.clone()),
+        no_sign_request: true,
+        ..StoreOptions::default()
+    };
+    let started = std::time::Instant::now();
+    let s = blocking(store::open("s3://b/ds", &opts).unwrap());
+    let err = s.get(&key("index.json")).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(err.root_cause(), StoreError::UntrustedCertificate { .. }),
+        "{err:?}"
+    );
+    assert!(
+        text.contains("TLS certificate is not trusted") && text.contains("SSL_CERT_FILE"),
+        "{text}"
+    );
+    assert!(!text.contains("gave up after"), "retried: {text}");
+    assert_eq!(connections.load(Ordering::SeqCst), 1, "{text}");
+    assert_eq!(requests.load(Ordering::SeqCst), 0);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+
+    // The CLI with the test CA in SSL_CERT_FILE: the handshake succeeds and the request
+    // reaches the server (which has no dataset: a not-found error, not a certificate one).
+    let out = std::process::Command::new(crate::mount::bin())
+        .args([
+            "inspect",
+            "s3://b/ds",
+            "--no-sign-request",
+            "--endpoint-url",
+        ])
+        .arg(&endpoint)
+        .env(
+            "SSL_CERT_FILE",
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls/ca.pem"),
+        )
+        .env_remove("SSL_CERT_DIR")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(!text.contains("certificate"), "{text}");
+    assert!(requests.load(Ordering::SeqCst) >= 1, "{text}");
+}

@@ -628,6 +628,13 @@ pub(super) fn map_error(e: object_store::Error, url: &str) -> StoreError {
             detail: short(&message),
         };
     }
+    // rustls' words for a certificate it refuses (unknown issuer, expired, wrong name, ...).
+    if message.contains("invalid peer certificate") {
+        return StoreError::UntrustedCertificate {
+            url,
+            detail: short(&message),
+        };
+    }
     if message.contains("redirect without LOCATION") {
         return StoreError::Unreachable {
             url,

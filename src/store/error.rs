@@ -78,6 +78,14 @@ pub enum StoreError {
         /// The resolver's reason.
         detail: String,
     },
+    /// The endpoint's TLS certificate was refused (not retried: it will not change by itself).
+    #[error("{url}: the server's TLS certificate is not trusted ({detail}); {}", tls_hint(.url))]
+    UntrustedCertificate {
+        /// The object's URL.
+        url: String,
+        /// The verifier's reason.
+        detail: String,
+    },
     /// The body ended before the bytes the request asked for.
     #[error("{url}: short body: expected {expected} bytes, got {got}")]
     ShortBody {
@@ -153,6 +161,14 @@ pub fn endpoint_hint(url: &str) -> &'static str {
         Some("http") | Some("https") => "check the URL",
         _ => "check --endpoint-url / AWS_ENDPOINT_URL and --region",
     }
+}
+
+/// What to check when the TLS certificate of the endpoint of `url` is refused.
+pub fn tls_hint(url: &str) -> String {
+    format!(
+        "{}; a private CA must be in the system's trust store, or in SSL_CERT_FILE / SSL_CERT_DIR",
+        endpoint_hint(url)
+    )
 }
 
 /// Which settings provide the credentials of the store that `url` is on.
