@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # Builds shardfs's installable artifacts into packaging/out/:
-#   deb    shardfs_VERSION_amd64.deb        (dpkg -i; Depends: fuse3)
+#   deb    shardfs_VERSION_amd64.deb        (apt-get install ./...; Depends: fuse3, ca-certificates)
 #   image  shardfs-image.tar                (OCI archive of image shardfs:VERSION; podman/docker load)
 #   wheel  shardfs-VERSION-py3-none-manylinux_2_17_x86_64....whl  (pip install; puts `shardfs` on PATH)
 # Usage: bash packaging/build.sh [deb] [image] [wheel]   (no argument: all three)
 #
 # All three carry one static binary (x86_64-unknown-linux-musl), built once into
 # ${SHARDFS_MUSL_TARGET_DIR:-target-musl}. The script installs what it needs and is missing
-# (apt: musl-tools, dpkg-dev, buildah; rustup: the musl target; a cached venv with maturin).
+# (apt: musl-tools, dpkg-dev, buildah, ca-certificates; rustup: the musl target; a cached venv with maturin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 repo=$PWD
@@ -83,18 +83,22 @@ fi
 
 # --- OCI image --------------------------------------------------------------------------------------
 if has image; then
-  apt_install buildah
+  apt_install buildah ca-certificates
   img=shardfs:$version
   ctr=$(buildah --storage-driver vfs from scratch)
   trap 'buildah --storage-driver vfs rm "$ctr" >/dev/null 2>&1 || true' EXIT
   # The whole root filesystem: the binary, minimal /etc, and empty /mnt, /tmp and /data for
-  # mountpoints and datasets (no shell, no libc: the binary is static).
+  # mountpoints and datasets (no shell, no libc: the binary is static). The binary checks
+  # https endpoints against the system's CA bundle, looked for where Debian keeps it; an image
+  # from scratch has none, so it carries the build host's (the ca-certificates package's
+  # Mozilla roots). Without it every https store (S3, GCS, Azure) would be refused.
   rootfs=$(mktemp -d)
   install -Dm0755 "$out/shardfs" "$rootfs/usr/bin/shardfs"
   mkdir -p "$rootfs/etc" "$rootfs/mnt" "$rootfs/data" "$rootfs/tmp" "$rootfs/var/cache/shardfs"
   chmod 1777 "$rootfs/tmp"
   printf 'root:x:0:0:root:/:/usr/bin/shardfs\n' >"$rootfs/etc/passwd"
   printf 'root:x:0:\n' >"$rootfs/etc/group"
+  install -Dm0644 /etc/ssl/certs/ca-certificates.crt "$rootfs/etc/ssl/certs/ca-certificates.crt"
   buildah --storage-driver vfs copy "$ctr" "$rootfs/" / >/dev/null
   rm -rf "$rootfs"
   buildah --storage-driver vfs config \

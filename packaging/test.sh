@@ -6,7 +6,8 @@
 #          `shardfs unmount`; `dpkg -r` then `dpkg -P` leave none of the package's files behind.
 #   wheel  pip install into a fresh venv; `shardfs` from that venv's PATH inspects and mounts.
 #   image  podman loads the OCI archive and runs it with /dev/fuse: the container mounts the
-#          dataset, and the mount is read from inside the container.
+#          dataset, and the mount is read from inside the container; its CA bundle is there,
+#          and https from the container checks certificates against it.
 # Needs root (dpkg, mount, podman). Prints each step's seconds. Usage: bash packaging/test.sh
 # (SHARDFS_PACKAGING_REUSE=1 skips the build when packaging/out already holds the artifacts).
 set -euo pipefail
@@ -31,7 +32,7 @@ version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 scratch=$(mktemp -d /tmp/shardfs-pkgtest.XXXXXX)
 cleanup() {
   for m in "$scratch"/mnt*; do mountpoint -q "$m" 2>/dev/null && umount -l "$m"; done
-  podman --cgroup-manager=cgroupfs rm -f -t 0 shardfs-pkgtest >/dev/null 2>&1 || true
+  podman --cgroup-manager=cgroupfs rm -f -t 0 shardfs-pkgtest shardfs-pkgtls >/dev/null 2>&1 || true
   rm -rf "$scratch"
 }
 trap cleanup EXIT
@@ -127,4 +128,53 @@ cmp "/proc/$pid/root/mnt/samples/00000000.text.txt" "$expected" || fail "sample 
 code=$("${podman[@]}" inspect -f '{{.State.ExitCode}}' shardfs-pkgtest)
 [ "$code" = 0 ] || { "${podman[@]}" logs shardfs-pkgtest >&2 || true; fail "the container exited with $code after SIGTERM"; }
 say "image: the container mounted examples/tiny, read through it, unmounted on SIGTERM (exit 0)"
+
+# https from the container. The image must carry a CA bundle where the binary looks for it
+# (an image from scratch has none, and every https store would be refused). Then a TLS server
+# on the host's loopback with the test certificate of tests/tls: with the test CA mounted in
+# place of the image's bundle, a request from the container must reach it (the binary trusts
+# the bundle at that path); with the image's own bundle it must be refused as untrusted.
+"${podman[@]}" create --name shardfs-pkgtls "shardfs:$version" >/dev/null
+roots=$("${podman[@]}" export shardfs-pkgtls | tar -xOf - --wildcards '*etc/ssl/certs/ca-certificates.crt' | grep -c "BEGIN CERTIFICATE" || true)
+"${podman[@]}" rm shardfs-pkgtls >/dev/null
+[ "${roots:-0}" -ge 50 ] || fail "the image's /etc/ssl/certs/ca-certificates.crt holds ${roots:-no} certificates"
+tls=$(mktemp -d)
+cat >"$tls/server.py" <<'PY'
+import base64, http.server, ssl, sys
+tls, certs = sys.argv[1], sys.argv[2]
+def pem(der, kind):
+    b = base64.encodebytes(open(der, "rb").read()).decode()
+    return f"-----BEGIN {kind}-----\n{b}-----END {kind}-----\n"
+open(f"{tls}/cert.pem", "w").write(pem(f"{certs}/cert.der", "CERTIFICATE"))
+open(f"{tls}/key.pem", "w").write(pem(f"{certs}/key.pk8.der", "PRIVATE KEY"))
+class NotFound(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        open(f"{tls}/requests", "a").write(self.path + "\n")
+        self.send_response(404); self.send_header("content-length", "0"); self.end_headers()
+    def log_message(self, *a):
+        pass
+srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), NotFound)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(f"{tls}/cert.pem", f"{tls}/key.pem")
+srv.socket = ctx.wrap_socket(srv.socket, server_side=True)
+open(f"{tls}/port", "w").write(str(srv.server_address[1]))
+srv.serve_forever()
+PY
+python3 "$tls/server.py" "$tls" "$repo/tests/tls" 2>"$tls/server.log" &
+server=$!
+trap 'kill $server 2>/dev/null || true; rm -rf "$tls"; cleanup' EXIT
+for _ in $(seq 1 50); do [ -s "$tls/port" ] && break; sleep 0.1; done
+[ -s "$tls/port" ] || fail "the TLS test server did not start: $(cat "$tls/server.log")"
+endpoint="https://127.0.0.1:$(cat "$tls/port")"
+inspect_tls() {
+  "${podman[@]}" run --rm --runtime runc --network host "$@" "shardfs:$version" \
+    inspect s3://b/ds --no-sign-request --endpoint-url "$endpoint" 2>&1 || true
+}
+text=$(inspect_tls -v "$repo/tests/tls/ca.pem:/etc/ssl/certs/ca-certificates.crt:ro")
+grep -q "index.json" "$tls/requests" 2>/dev/null || fail "with the test CA as its bundle, the container's request did not reach the TLS server: $text"
+grep -q "not found" <<<"$text" || fail "expected 'not found' from the TLS server: $text"
+text=$(inspect_tls)
+grep -q "TLS certificate is not trusted" <<<"$text" || fail "with the image's own bundle, the test certificate was not refused: $text"
+kill $server 2>/dev/null || true; rm -rf "$tls"; trap cleanup EXIT
+say "image: carries $roots CA certificates; https from the container trusts that bundle (and refuses a certificate it does not list)"
 say "packaging/test.sh: all artifacts install and mount"
