@@ -984,3 +984,37 @@ fn an_untrusted_tls_certificate_fails_at_once_and_a_trusted_ca_file_fixes_it() {
     assert!(!text.contains("certificate"), "{text}");
     assert!(requests.load(Ordering::SeqCst) >= 1, "{text}");
 }
+
+#[test]
+fn a_system_without_ca_certificates_is_named_as_the_cause() {
+    // /etc/ssl hidden behind an empty tmpfs in a mount namespace of its own (root, as the
+    // tests run): what a bare container or a host without ca-certificates looks like. The
+    // client cannot be built even for plain http, and the error must say why.
+    let out = std::process::Command::new("unshare")
+        .args([
+            "-m",
+            "sh",
+            "-c",
+            // No /etc/ssl at all is a system without CA certificates already.
+            "if [ -d /etc/ssl ]; then mount -t tmpfs none /etc/ssl || exit 1; fi; \
+             exec \"$0\" \"$@\"",
+        ])
+        .arg(crate::mount::bin())
+        .args([
+            "inspect",
+            "s3://b/ds",
+            "--no-sign-request",
+            "--endpoint-url",
+        ])
+        .arg("http://127.0.0.1:9")
+        .env_remove("SSL_CERT_FILE")
+        .env_remove("SSL_CERT_DIR")
+        .output()
+        .expect("unshare (util-linux) runs");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("without CA certificates") && text.contains("ca-certificates"),
+        "{text}"
+    );
+}

@@ -116,7 +116,24 @@ pub struct ChecksumConnector;
 impl HttpConnector for ChecksumConnector {
     fn connect(&self, options: &ClientOptions) -> object_store::Result<HttpClient> {
         install_tls_provider();
-        let inner = ReqwestConnector::default().connect(options)?;
+        // reqwest refuses to build a client when the system has no CA certificates at all
+        // (a bare container, a host without the ca-certificates package), even for plain
+        // http, and says only "builder error".
+        let inner = ReqwestConnector::default().connect(options).map_err(|e| {
+            let reason = match e {
+                object_store::Error::Generic { source, .. } => source.to_string(),
+                other => other.to_string(),
+            };
+            object_store::Error::Generic {
+                store: "HTTP client",
+                source: format!(
+                    "{reason}: cannot set up the HTTP client; the usual cause is a system \
+                         without CA certificates (install the ca-certificates package, or set \
+                         SSL_CERT_FILE to a PEM bundle)"
+                )
+                .into(),
+            }
+        })?;
         Ok(HttpClient::new(ChecksumService { inner }))
     }
 }
