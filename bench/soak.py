@@ -105,9 +105,8 @@ def cache_counters(mnt):
 def buffer_kb(mnt):
     """KiB the mount holds in its bounded buffers now (memory tier, samples read ahead,
     shards being downloaded and download buffers kept for the next ones, all bounded by
-    --memory-limit), and the
-    daemon's `memory` section (allocator and page pool bytes), both from status.json; None
-    for what is unreadable."""
+    --memory-limit) and the daemon's `memory` section (allocator and page pool bytes), both
+    from status.json; None for what is unreadable."""
     try:
         with open(os.path.join(mnt, ".shardfs", "status.json")) as f:
             status = json.load(f)
@@ -121,8 +120,7 @@ def buffer_kb(mnt):
 
 # The parts of status.json's `memory` section reported per minute.
 MEMORY_PARTS = ("heap_in_use_bytes", "heap_mapped_bytes", "heap_free_bytes",
-                "page_pool_mapped_bytes",
-                "page_pool_free_bytes")
+                "page_pool_mapped_bytes", "page_pool_free_bytes")
 
 
 def memory_per_minute(memory_samples, minutes):

@@ -9,6 +9,7 @@ use shardfs::store::{
     StoreError, StoreOptions,
 };
 use std::path::Path;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 fn key(s: &str) -> ObjectKey {
@@ -789,12 +790,11 @@ mod cli {
 /// A loopback HTTP server whose connections misbehave in turn: the first never answers, the
 /// second sends the headers and a few body bytes and then goes silent, later ones answer
 /// `body` whole. Returns its endpoint and the number of requests it has seen.
-fn stalling_server(body: &'static [u8]) -> (String, Arc<std::sync::atomic::AtomicUsize>) {
+fn stalling_server(body: &'static [u8]) -> (String, Arc<AtomicUsize>) {
     use std::io::{BufRead, BufReader, Write};
-    use std::sync::atomic::Ordering;
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let endpoint = format!("http://{}", listener.local_addr().unwrap());
-    let seen = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let seen = Arc::new(AtomicUsize::new(0));
     let counter = seen.clone();
     std::thread::spawn(move || {
         for conn in listener.incoming() {
@@ -861,7 +861,7 @@ fn stalled_connections_are_abandoned_and_retried() {
         .recv_timeout(std::time::Duration::from_secs(60))
         .expect("a stalled GET was not abandoned");
     assert_eq!(got.unwrap(), BODY);
-    assert_eq!(seen.load(std::sync::atomic::Ordering::SeqCst), 3);
+    assert_eq!(seen.load(Ordering::SeqCst), 3);
 }
 
 /// `opts` with the loopback S3 endpoint and the test credentials of [`s3_options`].
@@ -878,14 +878,9 @@ fn s3_options_with(endpoint: &str, opts: StoreOptions) -> StoreOptions {
 /// A TLS server on loopback with the certificate of `tests/tls/` (signed by a CA nobody
 /// trusts unless told to) that answers every request 404, and how many TLS connections and
 /// HTTP requests it has seen.
-fn tls_server() -> (
-    String,
-    Arc<std::sync::atomic::AtomicUsize>,
-    Arc<std::sync::atomic::AtomicUsize>,
-) {
+fn tls_server() -> (String, Arc<AtomicUsize>, Arc<AtomicUsize>) {
     use rustls::pki_types::{CertificateDer, PrivateKeyDer, PrivatePkcs8KeyDer};
     use std::io::{Read, Write};
-    use std::sync::atomic::Ordering;
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/tls");
     let cert = CertificateDer::from(std::fs::read(dir.join("cert.der")).unwrap());
     let key = PrivateKeyDer::Pkcs8(PrivatePkcs8KeyDer::from(
@@ -903,11 +898,8 @@ fn tls_server() -> (
     );
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
-    let (connections, requests) = (Arc::default(), Arc::default());
-    let (c, r): (
-        Arc<std::sync::atomic::AtomicUsize>,
-        Arc<std::sync::atomic::AtomicUsize>,
-    ) = (Arc::clone(&connections), Arc::clone(&requests));
+    let (connections, requests) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+    let (c, r) = (Arc::clone(&connections), Arc::clone(&requests));
     std::thread::spawn(move || {
         for tcp in listener.incoming().flatten() {
             c.fetch_add(1, Ordering::SeqCst);
@@ -938,7 +930,6 @@ fn tls_server() -> (
 
 #[test]
 fn an_untrusted_tls_certificate_fails_at_once_and_a_trusted_ca_file_fixes_it() {
-    use std::sync::atomic::Ordering;
     let (endpoint, connections, requests) = tls_server();
     let opts = StoreOptions {
         endpoint_url: Some(endpoint.clone()),
