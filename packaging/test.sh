@@ -30,9 +30,15 @@ fi
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
 scratch=$(mktemp -d /tmp/shardfs-pkgtest.XXXXXX)
+# One name per call: podman 4.3's `rm -f a b` removes nothing (and exits 0) when b does not exist.
+remove_containers() {
+  for c in shardfs-pkgtest shardfs-pkgtls; do
+    podman --cgroup-manager=cgroupfs rm -f -t 0 "$c" >/dev/null 2>&1 || true
+  done
+}
 cleanup() {
   for m in "$scratch"/mnt*; do mountpoint -q "$m" 2>/dev/null && umount -l "$m"; done
-  podman --cgroup-manager=cgroupfs rm -f -t 0 shardfs-pkgtest shardfs-pkgtls >/dev/null 2>&1 || true
+  remove_containers
   rm -rf "$scratch"
 }
 trap cleanup EXIT
@@ -109,6 +115,8 @@ podman=(podman --cgroup-manager=cgroupfs)
 "${podman[@]}" load -q -i "$out/shardfs-image.tar" >/dev/null
 "${podman[@]}" image exists "localhost/shardfs:$version" || "${podman[@]}" image exists "shardfs:$version" || fail "podman load did not give shardfs:$version"
 say "image loaded ($(stat -c %s "$out/shardfs-image.tar") bytes)"
+# A run killed before its cleanup may have left the containers behind.
+remove_containers
 "${podman[@]}" run -d --name shardfs-pkgtest --runtime runc --network none \
   --device /dev/fuse --cap-add SYS_ADMIN --security-opt apparmor=unconfined \
   -v "$repo/examples/tiny:/data:ro" --tmpfs /cache \
@@ -176,5 +184,9 @@ grep -q "not found" <<<"$text" || fail "expected 'not found' from the TLS server
 text=$(inspect_tls)
 grep -q "TLS certificate is not trusted" <<<"$text" || fail "with the image's own bundle, the test certificate was not refused: $text"
 kill $server 2>/dev/null || true; rm -rf "$tls"; trap cleanup EXIT
+remove_containers
+for c in shardfs-pkgtest shardfs-pkgtls; do
+  ! "${podman[@]}" container exists "$c" || fail "container $c is still there after its removal"
+done
 say "image: carries $roots CA certificates; https from the container trusts that bundle (and refuses a certificate it does not list)"
 say "packaging/test.sh: all artifacts install and mount"
