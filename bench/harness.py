@@ -92,6 +92,25 @@ def proc_cpu_s(pid):
         return None
 
 
+def machine_cpu_ticks():
+    """(busy, all) clock ticks of every CPU of the machine so far, from /proc/stat: busy is
+    user + nice + system + irq + softirq; all adds idle, iowait and steal."""
+    try:
+        with open("/proc/stat") as f:
+            v = [int(x) for x in f.readline().split()[1:9]]
+        busy = v[0] + v[1] + v[2] + v[5] + v[6]
+        return busy, busy + v[3] + v[4] + v[7]
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+def cpus_busy(before, after):
+    """How many of the machine's CPUs were busy on average between two machine_cpu_ticks()."""
+    if before is None or after is None or after[1] <= before[1]:
+        return None
+    return (after[0] - before[0]) / (after[1] - before[1]) * (os.cpu_count() or 1)
+
+
 def proc_minflt(pid):
     """Minor page faults of a live process so far (each maps a page, a fresh one zeroed)."""
     try:
@@ -442,7 +461,8 @@ class Runner:
             row["serve_minor_faults"] = _diff(after["serve_minflt"], before["serve_minflt"])
 
     def _snap(self, serve_pid):
-        snap = {"server": self.server.stats(), "server_cpu": self.server.cpu_s()}
+        snap = {"server": self.server.stats(), "server_cpu": self.server.cpu_s(),
+                "machine": machine_cpu_ticks()}
         if serve_pid is not None:
             snap["serve_cpu"] = proc_cpu_s(serve_pid)
             snap["serve_hwm"] = proc_hwm_mb(serve_pid)
@@ -462,6 +482,9 @@ class Runner:
             "requests": {k: s1[k] - s0[k] for k in ("gets", "range_gets", "heads", "lists",
                                                    "other", "connections")},
             "server_cpu_s": _diff(after["server_cpu"], before["server_cpu"]),
+            # Every process of the machine, the readers and the S3 server included: on this
+            # 2-vCPU machine, a pass near 2.0 was bound by the CPU.
+            "cpus_busy": cpus_busy(before.get("machine"), after.get("machine")),
         }
 
     def _add(self, row, repeat=1):
@@ -909,12 +932,12 @@ def table(rows):
     for r in rows:
         if r.get("skipped") is None and r["system"] in ("local", "streaming"):
             base[(r["system"], r["pass"])] = r["samples_per_s"]
-    head = ("| system | pass | samples/s | MB/s | × local | × SD | serving CPU s | peak RSS MB "
-            "| fetched MB | GET / HEAD / LIST | list s | first file s | note |")
-    lines = [head, "|" + "---|" * 13]
+    head = ("| system | pass | samples/s | MB/s | × local | × SD | serving CPU s | CPUs busy "
+            "| peak RSS MB | fetched MB | GET / HEAD / LIST | list s | first file s | note |")
+    lines = [head, "|" + "---|" * 14]
     for r in rows:
         if r.get("skipped"):
-            lines.append(f"| {r['system']} | - | not measured | | | | | | | | | | {r['skipped']} |")
+            lines.append(f"| {r['system']} | - | not measured | | | | | | | | | | | {r['skipped']} |")
             continue
         # A pass from the page cache ("ram") compares with local files read warm.
         a = base.get(("local", "warm" if r["pass"] == "ram" else r["pass"]))
@@ -925,7 +948,8 @@ def table(rows):
             f"| {r['system']} | {r['pass']} | {fmt(sps, '.0f')} | {fmt(r['mb_per_s'], '.1f')} "
             f"| {fmt(sps / a if a and sps else None, '.2f')} "
             f"| {fmt(sps / c if c and sps else None, '.2f')} "
-            f"| {fmt(r.get('serve_cpu_s'), '.1f')} | {fmt(r.get('serve_peak_rss_mb'), '.0f')} "
+            f"| {fmt(r.get('serve_cpu_s'), '.1f')} | {fmt(r.get('cpus_busy'), '.2f')} "
+            f"| {fmt(r.get('serve_peak_rss_mb'), '.0f')} "
             f"| {r['fetched_bytes'] / 1e6:.0f} | {q['gets']} / {q['heads']} / {q['lists']} "
             f"| {fmt(r.get('list_s'), '.2f')} | {fmt(r.get('first_file_s'), '.3f')} "
             f"| {r.get('note', '')}"
