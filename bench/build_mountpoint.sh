@@ -24,7 +24,9 @@ missing=()
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 pkg-config --exists fuse 2>/dev/null || missing+=(libfuse-dev)
-ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 || missing+=(libclang-dev)
+# bindgen loads libclang itself (libclang.so or libclang-N.so); libclang-cpp does not do.
+compgen -G '/usr/lib/llvm-*/lib/libclang.so*' >/dev/null ||
+  compgen -G '/usr/lib/llvm-*/lib/libclang-[0-9]*.so*' >/dev/null || missing+=(libclang-dev)
 if [ "${#missing[@]}" -gt 0 ]; then
   sudo=()
   [ "$(id -u)" -ne 0 ] && sudo=(sudo)
