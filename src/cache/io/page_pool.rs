@@ -5,7 +5,7 @@
 //! the tier). From malloc's arenas, the long-lived ones pin pages between the short-lived
 //! ones, so a long run keeps growing free memory the process cannot return: in the 10-minute
 //! soak the daemon's RSS rose by a third, much of it free memory the arenas held
-//! (`malloc_stats`; bench/RESULTS.md).
+//! (`malloc_stats`; bench/HISTORY.md).
 //! Buffers from here are whole pages mapped from the kernel, sorted into size classes of a
 //! quarter octave (a buffer wastes at most a fifth of its size), and a freed buffer goes back
 //! to its class's free list for the next one of that class, so the steady state asks the
