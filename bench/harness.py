@@ -93,22 +93,23 @@ def proc_cpu_s(pid):
 
 
 def machine_cpu_ticks():
-    """(busy, all) clock ticks of every CPU of the machine so far, from /proc/stat: busy is
-    user + nice + system + irq + softirq; all adds idle, iowait and steal."""
+    """(busy, all, iowait) clock ticks of every CPU of the machine so far, from /proc/stat:
+    busy is user + nice + system + irq + softirq; all adds idle, iowait and steal."""
     try:
         with open("/proc/stat") as f:
             v = [int(x) for x in f.readline().split()[1:9]]
         busy = v[0] + v[1] + v[2] + v[5] + v[6]
-        return busy, busy + v[3] + v[4] + v[7]
+        return busy, busy + v[3] + v[4] + v[7], v[4]
     except (OSError, IndexError, ValueError):
         return None
 
 
-def cpus_busy(before, after):
-    """How many of the machine's CPUs were busy on average between two machine_cpu_ticks()."""
+def cpus_busy(before, after, field=0):
+    """How many of the machine's CPUs were busy (field 0; field 2: idle waiting for I/O) on
+    average between two machine_cpu_ticks()."""
     if before is None or after is None or after[1] <= before[1]:
         return None
-    return (after[0] - before[0]) / (after[1] - before[1]) * (os.cpu_count() or 1)
+    return (after[field] - before[field]) / (after[1] - before[1]) * (os.cpu_count() or 1)
 
 
 def proc_minflt(pid):
@@ -485,6 +486,7 @@ class Runner:
             # Every process of the machine, the readers and the S3 server included: on this
             # 2-vCPU machine, a pass near 2.0 was bound by the CPU.
             "cpus_busy": cpus_busy(before.get("machine"), after.get("machine")),
+            "cpus_iowait": cpus_busy(before.get("machine"), after.get("machine"), 2),
         }
 
     def _add(self, row, repeat=1):
