@@ -320,6 +320,8 @@ def dataset(args, bins):
     """Generates the dataset unless one with the same parameters is there; returns its layout."""
     params = {"samples": args.samples, "mean_bytes": args.mean_bytes, "seed": args.seed,
               "classes": args.classes, "shard_bytes": args.shard_bytes, "version": 1}
+    if args.hashes:  # only then, so the default dataset's parameters stay as they were
+        params["hashes"] = args.hashes
     root = os.path.join(args.data_dir, "s3root")
     out = os.path.join(root, BUCKET)
 
@@ -330,7 +332,8 @@ def dataset(args, bins):
         res = subprocess.run(
             [bins["gen"], "--out", out, "--samples", str(args.samples), "--mean-bytes",
              str(args.mean_bytes), "--classes", str(args.classes), "--shard-bytes",
-             str(args.shard_bytes), "--seed", str(args.seed)],
+             str(args.shard_bytes), "--seed", str(args.seed)]
+            + (["--hashes", args.hashes] if args.hashes else []),
             capture_output=True, text=True)
         if res.returncode != 0:
             raise BenchError(f"bench-gen failed: {res.stderr.strip()}")
@@ -1125,6 +1128,9 @@ def parse_args(argv):
     ap = argparse.ArgumentParser(description="shardfs vs peers benchmark (see bench/README.md)")
     ap.add_argument("--samples", type=int, default=20000)
     ap.add_argument("--mean-bytes", type=int, default=110000)
+    ap.add_argument("--hashes", default="",
+                    help="hashes the MDS index lists, comma-separated (e.g. xxh3_64; default none, "
+                         "like MDSWriter: then shardfs checks shards against their ETags)")
     ap.add_argument("--classes", type=int, default=10)
     ap.add_argument("--shard-bytes", type=int, default=1 << 26)
     ap.add_argument("--seed", type=int, default=6)

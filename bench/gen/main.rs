@@ -40,6 +40,10 @@ struct Args {
     /// Random seed.
     #[arg(long, default_value_t = 6)]
     seed: u64,
+    /// Hashes the index lists for every shard, comma-separated (MDSWriter's `hashes`, e.g.
+    /// `xxh3_64`); none by default, like MDSWriter.
+    #[arg(long, value_delimiter = ',')]
+    hashes: Vec<String>,
 }
 
 fn main() -> Result<()> {
@@ -60,7 +64,7 @@ fn main() -> Result<()> {
     let mut writer = Writer::new(WriterConfig {
         columns: vec![("image".into(), bytes_enc), ("label".into(), int_enc)],
         compression: None,
-        hashes: vec![],
+        hashes: args.hashes.clone(),
         size_limit: Some(args.shard_bytes),
     })?;
     let mut rng = rand::rngs::StdRng::seed_from_u64(args.seed);
