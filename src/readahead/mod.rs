@@ -51,7 +51,7 @@ mod policy;
 pub use orders::{EpochOrders, OrderCache, OrderSource, RankOrder, MIN_KEEP_EPOCHS};
 pub use policy::FurthestNextUse;
 
-use crate::cache::Advice;
+use crate::cache::{Advice, CacheError};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
@@ -108,7 +108,7 @@ pub trait ShardSource: Send + Sync {
     fn is_resident(&self, shard: u32) -> bool;
     /// Makes the shard resident, blocking until it is (does not keep it pinned); may return
     /// `Ok` without fetching when the cache has no room for it now (a prefetch never waits).
-    fn fetch(&self, shard: u32) -> Result<(), String>;
+    fn fetch(&self, shard: u32) -> Result<(), CacheError>;
     /// Starts loading global sample `sample` from local disk into memory when its shard is
     /// resident (a hint: never blocks, never fetches). [`Advice::Full`] asks to be asked again
     /// later: the rank's advice stops there until readers have taken some.

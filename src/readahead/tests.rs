@@ -23,7 +23,7 @@ impl ShardSource for Counting {
     fn is_resident(&self, shard: u32) -> bool {
         self.resident.lock().unwrap().contains(&shard)
     }
-    fn fetch(&self, shard: u32) -> Result<(), String> {
+    fn fetch(&self, shard: u32) -> Result<(), crate::cache::CacheError> {
         self.fetches.lock().unwrap().push(shard);
         self.resident.lock().unwrap().insert(shard);
         Ok(())

@@ -12,29 +12,29 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::source::{ColumnFile, SampleSource, SourceError};
-use crate::cache::{Advice, ShardCache};
+use crate::cache::{Advice, CacheError, ShardCache};
 use crate::mds;
 use crate::readahead::ShardSource;
 
 /// Samples of one stream's shards: what the vfs needs from the cache.
 pub trait ShardStore: Send + Sync {
     /// The raw bytes of sample `i` of shard `shard`, fetching the shard if needed (blocks).
-    fn sample(&self, shard: usize, i: u32) -> Result<Bytes, String>;
+    fn sample(&self, shard: usize, i: u32) -> Result<Bytes, CacheError>;
     /// Like [`ShardStore::sample`], but may avoid downloading the whole shard (ranged reads
     /// of an uncompressed remote shard), for `stat` of files not read yet.
-    fn sample_for_size(&self, shard: usize, i: u32) -> Result<Bytes, String> {
+    fn sample_for_size(&self, shard: usize, i: u32) -> Result<Bytes, CacheError> {
         self.sample(shard, i)
     }
     /// The stored length of sample `i` from the shard's header alone, for `stat` of files
     /// whose length follows from it; `None` when this store cannot tell it cheaply.
-    fn sample_len_for_size(&self, _shard: usize, _i: u32) -> Result<Option<u64>, String> {
+    fn sample_len_for_size(&self, _shard: usize, _i: u32) -> Result<Option<u64>, CacheError> {
         Ok(None)
     }
     /// Makes the shard resident without keeping it pinned (blocks).
-    fn ensure(&self, shard: usize) -> Result<(), String>;
+    fn ensure(&self, shard: usize) -> Result<(), CacheError>;
     /// For readahead: like [`ShardStore::ensure`], but returns at once (fetching nothing)
     /// instead of waiting when the cache has no room now.
-    fn prefetch(&self, shard: usize) -> Result<(), String> {
+    fn prefetch(&self, shard: usize) -> Result<(), CacheError> {
         self.ensure(shard)
     }
     /// Whether the shard can be read now without waiting for the store.
@@ -61,30 +61,27 @@ pub trait ShardStore: Send + Sync {
 pub struct CachedShards(pub Arc<ShardCache>);
 
 impl ShardStore for CachedShards {
-    fn sample(&self, shard: usize, i: u32) -> Result<Bytes, String> {
+    fn sample(&self, shard: usize, i: u32) -> Result<Bytes, CacheError> {
         // Verified bytes only: the memory tier's verified samples, else the filled shard.
-        self.0.sample(shard, i).map_err(|e| e.to_string())
+        self.0.sample(shard, i)
     }
-    fn sample_for_size(&self, shard: usize, i: u32) -> Result<Bytes, String> {
-        self.0.sample_direct(shard, i).map_err(|e| e.to_string())
+    fn sample_for_size(&self, shard: usize, i: u32) -> Result<Bytes, CacheError> {
+        self.0.sample_direct(shard, i)
     }
-    fn sample_len_for_size(&self, shard: usize, i: u32) -> Result<Option<u64>, String> {
-        self.0
-            .sample_len(shard, i)
-            .map(Some)
-            .map_err(|e| e.to_string())
+    fn sample_len_for_size(&self, shard: usize, i: u32) -> Result<Option<u64>, CacheError> {
+        self.0.sample_len(shard, i).map(Some)
     }
-    fn ensure(&self, shard: usize) -> Result<(), String> {
-        self.0.ensure(shard).map_err(|e| e.to_string())
+    fn ensure(&self, shard: usize) -> Result<(), CacheError> {
+        self.0.ensure(shard)
     }
-    fn prefetch(&self, shard: usize) -> Result<(), String> {
+    fn prefetch(&self, shard: usize) -> Result<(), CacheError> {
         match self.0.ensure_if_room(shard) {
             Ok(true) => Ok(()),
             Ok(false) => {
                 tracing::debug!(shard, "readahead skipped: no room in the cache now");
                 Ok(())
             }
-            Err(e) => Err(e.to_string()),
+            Err(e) => Err(e),
         }
     }
     fn is_resident(&self, shard: usize) -> bool {
@@ -180,6 +177,13 @@ impl MdsDataset {
         Some((stream, shard, i))
     }
 
+    /// Shards of every stream together (global shard numbers are `0..num_shards`).
+    fn num_shards(&self) -> usize {
+        self.streams
+            .last()
+            .map_or(0, |s| s.first_shard as usize + s.index.shards().len())
+    }
+
     fn stream_of_shard(&self, shard: u32) -> Option<(&Stream, usize)> {
         let k = self
             .streams
@@ -234,7 +238,7 @@ impl MdsDataset {
             let ranged = stream
                 .shards
                 .sample_for_size(shard, i)
-                .map_err(&fail)
+                .map_err(|e| fail(e.to_string()))
                 .and_then(split)
                 .and_then(render);
             match ranged {
@@ -247,7 +251,10 @@ impl MdsDataset {
                 ),
             }
         }
-        let raw_sample = stream.shards.sample(shard, i).map_err(&fail)?;
+        let raw_sample = stream
+            .shards
+            .sample(shard, i)
+            .map_err(|e| fail(e.to_string()))?;
         render(split(raw_sample)?)
     }
 
@@ -304,10 +311,11 @@ impl ShardSource for MdsDataset {
             .map_or(Advice::Skipped, |(s, shard, i)| s.shards.advise(shard, i))
     }
 
-    fn fetch(&self, shard: u32) -> Result<(), String> {
-        let (s, k) = self
-            .stream_of_shard(shard)
-            .ok_or_else(|| format!("no shard {shard}"))?;
+    fn fetch(&self, shard: u32) -> Result<(), CacheError> {
+        let (s, k) = self.stream_of_shard(shard).ok_or(CacheError::NoSuchShard {
+            shard: shard as usize,
+            shards: self.num_shards(),
+        })?;
         s.shards.prefetch(k)
     }
 }

@@ -35,7 +35,7 @@ impl ShardSource for Memory {
     fn is_resident(&self, _shard: u32) -> bool {
         self.resident.load(Relaxed)
     }
-    fn fetch(&self, _shard: u32) -> Result<(), String> {
+    fn fetch(&self, _shard: u32) -> Result<(), crate::cache::CacheError> {
         self.fetches.fetch_add(1, Relaxed);
         Ok(())
     }
