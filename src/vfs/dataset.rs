@@ -75,14 +75,10 @@ impl ShardStore for CachedShards {
         self.0.ensure(shard)
     }
     fn prefetch(&self, shard: usize) -> Result<(), CacheError> {
-        match self.0.ensure_if_room(shard) {
-            Ok(true) => Ok(()),
-            Ok(false) => {
-                tracing::debug!(shard, "readahead skipped: no room in the cache now");
-                Ok(())
-            }
-            Err(e) => Err(e),
+        if !self.0.ensure_if_room(shard)? {
+            tracing::debug!(shard, "readahead skipped: no room in the cache now");
         }
+        Ok(())
     }
     fn is_resident(&self, shard: usize) -> bool {
         self.0.is_resident(shard)
