@@ -104,9 +104,9 @@ def machine_cpu_ticks():
         return None
 
 
-def cpus_busy(before, after, field=0):
-    """How many of the machine's CPUs were busy (field 0; field 2: idle waiting for I/O) on
-    average between two machine_cpu_ticks()."""
+def cpus_in(before, after, field):
+    """How many of the machine's CPUs spent their time in `field` of machine_cpu_ticks() (0:
+    busy, 2: idle waiting for I/O) on average between two of its readings."""
     if before is None or after is None or after[1] <= before[1]:
         return None
     return (after[field] - before[field]) / (after[1] - before[1]) * (os.cpu_count() or 1)
@@ -486,10 +486,11 @@ class Runner:
             "requests": {k: s1[k] - s0[k] for k in ("gets", "range_gets", "heads", "lists",
                                                    "other", "connections")},
             "server_cpu_s": _diff(after["server_cpu"], before["server_cpu"]),
-            # Every process of the machine, the readers and the S3 server included: on this
-            # 2-vCPU machine, a pass near 2.0 was bound by the CPU.
-            "cpus_busy": cpus_busy(before.get("machine"), after.get("machine")),
-            "cpus_iowait": cpus_busy(before.get("machine"), after.get("machine"), 2),
+            # Every process of the machine, the readers and the S3 server included. Compare
+            # with the passes of the same run that are pure CPU work (local warm, JPEG
+            # decoding): on the bench's 2-vCPU machine they reach ~1.7, not 2.0.
+            "cpus_busy": cpus_in(before.get("machine"), after.get("machine"), 0),
+            "cpus_iowait": cpus_in(before.get("machine"), after.get("machine"), 2),
         }
 
     def _add(self, row, repeat=1):
