@@ -110,17 +110,20 @@ def buffer_kb(mnt):
     try:
         with open(os.path.join(mnt, ".shardfs", "status.json")) as f:
             status = json.load(f)
-        buffers = sum(c.get("memory_tier_bytes", 0) + c.get("downloading_bytes", 0)
-                      + c.get("idle_download_buffer_bytes", 0) + c.get("read_ahead_bytes", 0)
-                      for c in status["cache"]) / 1024
-        return buffers, status.get("memory")
+        parts = {k: sum(c.get(k, 0) for c in status["cache"]) for k in BUFFER_PARTS}
+        memory = dict(status.get("memory") or {}, **parts)
+        return sum(parts.values()) / 1024, memory
     except (OSError, ValueError, KeyError, TypeError):
         return None, None
 
 
-# The parts of status.json's `memory` section reported per minute.
+# The bounded buffers of status.json's `cache` sections (summed over streams).
+BUFFER_PARTS = ("memory_tier_bytes", "downloading_bytes", "idle_download_buffer_bytes",
+                "read_ahead_bytes")
+
+# The parts of status.json's `memory` section reported per minute, and the bounded buffers.
 MEMORY_PARTS = ("heap_in_use_bytes", "heap_mapped_bytes", "heap_free_bytes",
-                "page_pool_mapped_bytes", "page_pool_free_bytes")
+                "page_pool_mapped_bytes", "page_pool_free_bytes") + BUFFER_PARTS
 
 
 def memory_per_minute(memory_samples, minutes):

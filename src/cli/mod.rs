@@ -104,6 +104,7 @@ pub fn main() -> ExitCode {
         .unwrap_or_else(|| if one_shot { "error" } else { "warn" }.to_string());
     init_logging(&log_level, cli.log_format);
     if matches!(cli.command, Command::Mount(_)) {
+        malloc::reexec_with_daemon_tunables();
         malloc::tune_for_daemon();
     }
     // Daemons and mounts this process starts (background mounts, the CSI plugin's) log alike.

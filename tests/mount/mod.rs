@@ -1,5 +1,6 @@
 //! Real FUSE mounts through the `shardfs` binary, checked against the fixtures.
 
+mod allocator;
 mod disk_full;
 mod metrics;
 mod orders;
