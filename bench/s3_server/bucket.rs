@@ -1,17 +1,19 @@
-//! The S3 operations the benchmark's clients use, served from a directory: each subfolder of
-//! the root is a bucket, each file below it an object whose key is its relative path.
+//! The S3 operations the clients use, over buckets of objects: each subfolder of a root
+//! directory is a bucket, each file below it an object whose key is its relative path (the
+//! benchmarks), and objects put in memory (the tests).
 //!
-//! Keys are indexed once at start (the data is written before the server starts), so listings
-//! are range scans of a sorted map with real pagination (markers, continuation tokens,
-//! delimiters), which s3fs and rclone need for folders of tens of thousands of objects.
-//! GET bodies are read with `pread` in 1 MiB chunks on the blocking pool and streamed, so the
-//! server is not the bottleneck (the stock s3s-fs streams 4 KiB chunks).
+//! A directory's keys are indexed once at start (the data is written before the server
+//! starts), so listings are range scans of a sorted map with real pagination (markers,
+//! continuation tokens, delimiters), which s3fs and rclone need for folders of tens of
+//! thousands of objects. GET bodies of files are read with `pread` in 1 MiB chunks on the
+//! blocking pool and streamed, so the server is not the bottleneck (the stock s3s-fs streams
+//! 4 KiB chunks).
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, RwLock, RwLockReadGuard};
 use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
@@ -23,18 +25,29 @@ use s3s::dto::{
 };
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
 
-use crate::faults::{FaultKind, Faults};
-use crate::stats::Stats;
+use super::faults::{FaultKind, Faults, Rules, ServerFault};
+use super::stats::Stats;
 
 /// Bytes read from disk and sent as one body chunk.
 const CHUNK: u64 = 1 << 20;
 
-/// One object: its size, modification time and, when S3-like ETags were asked for, its ETag.
+/// One object: its size, modification time, its ETag when S3-like ETags were asked for, and
+/// where its bytes are.
 #[derive(Debug, Clone)]
 struct Entry {
     size: u64,
     mtime: SystemTime,
     etag: Option<Arc<str>>,
+    data: Data,
+}
+
+/// Where an object's bytes are.
+#[derive(Debug, Clone)]
+enum Data {
+    /// A file, read when asked for.
+    File(Arc<Path>),
+    /// Bytes in memory.
+    Memory(Bytes),
 }
 
 /// What ETags the server sends (`--etags`).
@@ -53,14 +66,22 @@ pub enum EtagMode {
 /// The part size of `aws s3 cp` (its default multipart_chunksize, also its threshold).
 const PART: u64 = 8 << 20;
 
-fn s3_etag(path: &Path, size: u64, mode: EtagMode) -> std::io::Result<Option<Arc<str>>> {
-    use md5::{Digest, Md5};
+fn s3_etag(path: &Path, mode: EtagMode) -> std::io::Result<Option<Arc<str>>> {
     if mode == EtagMode::Opaque {
         return Ok(None);
     }
-    let data = std::fs::read(path)?;
+    Ok(etag_of(&std::fs::read(path)?, mode))
+}
+
+/// The ETag S3 would give `data` in `mode` (`None` for opaque ETags).
+fn etag_of(data: &[u8], mode: EtagMode) -> Option<Arc<str>> {
+    use md5::{Digest, Md5};
+    let size = data.len() as u64;
+    if mode == EtagMode::Opaque {
+        return None;
+    }
     if mode == EtagMode::Md5 || size <= PART {
-        return Ok(Some(hex::encode(Md5::digest(&data)).into()));
+        return Some(hex::encode(Md5::digest(data)).into());
     }
     let mut outer = Md5::new();
     let mut parts = 0;
@@ -68,18 +89,25 @@ fn s3_etag(path: &Path, size: u64, mode: EtagMode) -> std::io::Result<Option<Arc
         outer.update(Md5::digest(part));
         parts += 1;
     }
-    Ok(Some(
-        format!("{}-{parts}", hex::encode(outer.finalize())).into(),
-    ))
+    Some(format!("{}-{parts}", hex::encode(outer.finalize())).into())
 }
 
-/// Buckets (subfolders of the root) and their sorted keys.
+/// Bucket name → key → object.
+type BucketMap = BTreeMap<String, BTreeMap<String, Entry>>;
+
+/// The buckets, their sorted keys, and what the server counts and injects.
 #[derive(Debug)]
-pub struct DirStore {
-    root: PathBuf,
-    buckets: BTreeMap<String, BTreeMap<String, Entry>>,
-    stats: Arc<Stats>,
-    faults: Arc<Faults>,
+pub struct Buckets {
+    buckets: RwLock<BucketMap>,
+    etags: EtagMode,
+    /// Requests and bytes served.
+    pub stats: Arc<Stats>,
+    /// Faults injected at random.
+    pub faults: Arc<Faults>,
+    /// Faults injected by rule.
+    pub rules: Rules,
+    /// Answers to fail by closing their connection (a [`ServerFault::Reset`] rule).
+    pub resets_pending: AtomicU64,
 }
 
 fn walk(
@@ -101,7 +129,8 @@ fn walk(
                 Entry {
                     size: meta.len(),
                     mtime: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                    etag: s3_etag(&ent.path(), meta.len(), mode)?,
+                    etag: s3_etag(&ent.path(), mode)?,
+                    data: Data::File(ent.path().into()),
                 },
             );
         }
@@ -109,51 +138,106 @@ fn walk(
     Ok(())
 }
 
-impl DirStore {
+impl Buckets {
+    /// No buckets yet (see [`Buckets::put`]).
+    pub fn new(stats: Arc<Stats>, etags: EtagMode, faults: Arc<Faults>) -> Buckets {
+        Buckets {
+            buckets: RwLock::new(BTreeMap::new()),
+            etags,
+            stats,
+            faults,
+            rules: Rules::default(),
+            resets_pending: AtomicU64::new(0),
+        }
+    }
+
     /// Indexes every bucket folder under `root`.
     pub fn open(
         root: &Path,
         stats: Arc<Stats>,
         etags: EtagMode,
         faults: Arc<Faults>,
-    ) -> std::io::Result<DirStore> {
-        let mut buckets = BTreeMap::new();
-        for ent in std::fs::read_dir(root)? {
-            let ent = ent?;
-            if ent.metadata()?.is_dir() {
-                let mut keys = BTreeMap::new();
-                walk(&ent.path(), "", etags, &mut keys)?;
-                buckets.insert(ent.file_name().to_string_lossy().into_owned(), keys);
+    ) -> std::io::Result<Buckets> {
+        let out = Buckets::new(stats, etags, faults);
+        {
+            let mut buckets = out.write();
+            for ent in std::fs::read_dir(root)? {
+                let ent = ent?;
+                if ent.metadata()?.is_dir() {
+                    let mut keys = BTreeMap::new();
+                    walk(&ent.path(), "", etags, &mut keys)?;
+                    buckets.insert(ent.file_name().to_string_lossy().into_owned(), keys);
+                }
             }
         }
-        Ok(DirStore {
-            root: root.to_path_buf(),
-            buckets,
-            stats,
-            faults,
-        })
+        Ok(out)
+    }
+
+    fn read(&self) -> RwLockReadGuard<'_, BucketMap> {
+        self.buckets.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn write(&self) -> std::sync::RwLockWriteGuard<'_, BucketMap> {
+        self.buckets.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Stores `data` in memory as `key` of `bucket` (made if new), replacing what was there.
+    pub fn put(&self, bucket: &str, key: &str, data: Bytes) {
+        let entry = Entry {
+            size: data.len() as u64,
+            mtime: SystemTime::now(),
+            etag: etag_of(&data, self.etags),
+            data: Data::Memory(data),
+        };
+        self.write()
+            .entry(bucket.to_string())
+            .or_default()
+            .insert(key.to_string(), entry);
     }
 
     /// How many objects and bytes each bucket holds.
     pub fn summary(&self) -> Vec<(String, usize, u64)> {
-        self.buckets
+        self.read()
             .iter()
             .map(|(b, keys)| (b.clone(), keys.len(), keys.values().map(|e| e.size).sum()))
             .collect()
     }
 
-    fn bucket(&self, bucket: &str) -> S3Result<&BTreeMap<String, Entry>> {
-        self.buckets.get(bucket).ok_or_else(|| {
-            self.stats.other.fetch_add(1, Ordering::Relaxed);
-            s3_error!(NoSuchBucket)
-        })
+    fn no_bucket(&self) -> s3s::S3Error {
+        self.stats.other.fetch_add(1, Ordering::Relaxed);
+        s3_error!(NoSuchBucket)
+    }
+
+    fn has_bucket(&self, bucket: &str) -> S3Result<()> {
+        if self.read().contains_key(bucket) {
+            Ok(())
+        } else {
+            Err(self.no_bucket())
+        }
     }
 
     fn entry(&self, bucket: &str, key: &str) -> S3Result<Entry> {
-        self.bucket(bucket)?
-            .get(key)
-            .cloned()
-            .ok_or_else(|| s3_error!(NoSuchKey))
+        let buckets = self.read();
+        let keys = buckets.get(bucket).ok_or_else(|| self.no_bucket())?;
+        keys.get(key).cloned().ok_or_else(|| s3_error!(NoSuchKey))
+    }
+
+    /// Waits and fails as the rules for `key` say; returns the bandwidth cap and the fault
+    /// left for the body (truncation, corruption).
+    async fn apply_rules(&self, key: &str) -> S3Result<(Option<u64>, Option<ServerFault>)> {
+        let d = self.rules.decide(key);
+        if !d.delay.is_zero() {
+            tokio::time::sleep(d.delay).await;
+        }
+        match d.fault {
+            Some(ServerFault::SlowDown) => Err(slow_down()),
+            Some(ServerFault::InternalError) => Err(s3_error!(InternalError, "injected")),
+            Some(ServerFault::Reset) => {
+                self.resets_pending.fetch_add(1, Ordering::Relaxed);
+                Err(s3_error!(InternalError, "reset"))
+            }
+            other => Ok((d.bandwidth, other)),
+        }
     }
 
     /// One listing page: keys after `after` under `prefix`, folded at `delimiter`.
@@ -166,7 +250,8 @@ impl DirStore {
         max_keys: usize,
     ) -> S3Result<ListPage> {
         self.stats.lists.fetch_add(1, Ordering::Relaxed);
-        let keys = self.bucket(bucket)?;
+        let buckets = self.read();
+        let keys = buckets.get(bucket).ok_or_else(|| self.no_bucket())?;
         let start = match after {
             Some(a) if a >= prefix => std::ops::Bound::Excluded(a.to_string()),
             _ => std::ops::Bound::Included(prefix.to_string()),
@@ -247,32 +332,84 @@ fn etag(e: &Entry) -> s3s::dto::ETag {
     s3s::dto::ETag::Strong(format!("{:x}.{:x}", e.size, nanos))
 }
 
-/// A body that reads `range` of `path` in `CHUNK`-sized preads on the blocking pool.
-/// With `fault`: `Reset` fails before the first byte, `Truncate` after half the bytes,
-/// `Corrupt` flips the byte at `corrupt_at` (an offset into the range).
+/// What goes wrong with a body.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyFault {
+    /// Fails before the first byte.
+    Reset,
+    /// Fails after half the bytes.
+    Truncate,
+    /// Flips one byte: this offset into the range, modulo its length.
+    Corrupt(u64),
+}
+
+/// Bytes of a body sent at once when its bandwidth is capped (64 KiB at 100 KB/s is 0.65 s).
+const PACED_CHUNK: u64 = 64 << 10;
+
+/// An object's bytes, ready to be read: a file opened once per body, or memory.
+#[derive(Clone)]
+enum Source {
+    File(Arc<std::fs::File>),
+    Memory(Bytes),
+}
+
+impl Source {
+    fn open(data: Data) -> std::io::Result<Source> {
+        Ok(match data {
+            Data::File(path) => Source::File(Arc::new(std::fs::File::open(&*path)?)),
+            Data::Memory(b) => Source::Memory(b),
+        })
+    }
+
+    /// `len` bytes at `pos` (a file's on the blocking pool).
+    async fn read_at(&self, pos: u64, len: u64) -> std::io::Result<Bytes> {
+        match self {
+            Source::Memory(b) => Ok(b.slice(pos as usize..(pos + len) as usize)),
+            Source::File(file) => {
+                let file = file.clone();
+                tokio::task::spawn_blocking(move || {
+                    let mut buf = vec![0u8; len as usize];
+                    file.read_exact_at(&mut buf, pos).map(|()| Bytes::from(buf))
+                })
+                .await
+                .map_err(std::io::Error::other)?
+            }
+        }
+    }
+}
+
+/// A body that streams `range` of `data` in chunks (`CHUNK`, or `PACED_CHUNK` paced to
+/// `bandwidth` bytes per second), with `fault` if any.
 fn body(
-    path: PathBuf,
+    data: Data,
     range: std::ops::Range<u64>,
     stats: Arc<Stats>,
-    fault: Option<FaultKind>,
-    corrupt_at: u64,
+    fault: Option<BodyFault>,
+    bandwidth: Option<u64>,
 ) -> StreamingBlob {
     let total = range.end - range.start;
     let cut = match fault {
-        Some(FaultKind::Reset) => Some(range.start),
-        Some(FaultKind::Truncate) => Some(range.start + total / 2),
+        Some(BodyFault::Reset) => Some(range.start),
+        Some(BodyFault::Truncate) => Some(range.start + total / 2),
         _ => None,
     };
-    let flip =
-        (fault == Some(FaultKind::Corrupt) && total > 0).then(|| range.start + corrupt_at % total);
-    let file = match std::fs::File::open(&path) {
-        Ok(f) => Arc::new(f),
+    let flip = match fault {
+        Some(BodyFault::Corrupt(at)) if total > 0 => Some(range.start + at % total),
+        _ => None,
+    };
+    let chunk = if bandwidth.is_some() {
+        PACED_CHUNK
+    } else {
+        CHUNK
+    };
+    let source = match Source::open(data) {
+        Ok(s) => s,
         Err(e) => {
             return StreamingBlob::wrap(futures::stream::once(async move { Err::<Bytes, _>(e) }))
         }
     };
     let stream = futures::stream::unfold(range.start, move |pos| {
-        let file = file.clone();
+        let source = source.clone();
         let stats = stats.clone();
         let end = range.end;
         async move {
@@ -283,27 +420,35 @@ fn body(
                 let e = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "injected fault");
                 return Some((Err(e), end));
             }
-            let len = (end - pos).min(CHUNK);
+            let len = (end - pos).min(chunk);
             let len = cut.map_or(len, |c| len.min(c - pos).max(1));
-            let read = tokio::task::spawn_blocking(move || {
-                let mut buf = vec![0u8; len as usize];
-                file.read_exact_at(&mut buf, pos).map(|()| buf)
-            })
-            .await;
-            let chunk = match read {
-                Ok(Ok(buf)) => buf,
-                Ok(Err(e)) => return Some((Err(e), end)),
-                Err(e) => return Some((Err(std::io::Error::other(e)), end)),
-            };
-            let mut chunk = chunk;
-            if let Some(at) = flip.filter(|&at| at >= pos && at < pos + len) {
-                chunk[(at - pos) as usize] ^= 0x5a;
+            if let Some(rate) = bandwidth {
+                tokio::time::sleep(Duration::from_secs_f64(len as f64 / rate.max(1) as f64)).await;
             }
+            let bytes = match source.read_at(pos, len).await {
+                Ok(b) => b,
+                Err(e) => return Some((Err(e), end)),
+            };
+            let bytes = match flip.filter(|&at| at >= pos && at < pos + len) {
+                Some(at) => {
+                    let mut v = bytes.to_vec();
+                    v[(at - pos) as usize] ^= 0x5a;
+                    Bytes::from(v)
+                }
+                None => bytes,
+            };
             stats.body_bytes.fetch_add(len, Ordering::Relaxed);
-            Some((Ok(Bytes::from(chunk)), pos + len))
+            Some((Ok(bytes), pos + len))
         }
     });
     StreamingBlob::wrap(stream)
+}
+
+/// The S3 error S3 sends under load (HTTP 503).
+fn slow_down() -> s3s::S3Error {
+    let mut e = s3_error!(SlowDown, "Please reduce your request rate.");
+    e.set_status_code(http::StatusCode::SERVICE_UNAVAILABLE);
+    e
 }
 
 fn max_keys(v: Option<i32>) -> usize {
@@ -311,11 +456,11 @@ fn max_keys(v: Option<i32>) -> usize {
         .map_or(1000, |m| (m as usize).min(1000))
 }
 
-/// The S3 service over a [`DirStore`].
-pub struct DirS3(pub Arc<DirStore>);
+/// The S3 service over [`Buckets`].
+pub struct BucketsS3(pub Arc<Buckets>);
 
 #[async_trait::async_trait]
-impl S3 for DirS3 {
+impl S3 for BucketsS3 {
     async fn get_object(
         &self,
         req: S3Request<GetObjectInput>,
@@ -332,14 +477,34 @@ impl S3 for DirS3 {
             None => None,
         };
         let span = range.clone().unwrap_or(0..e.size);
-        let path = store.root.join(&input.bucket).join(&input.key);
-        let fault = store.faults.pick();
-        match fault {
-            Some(FaultKind::SlowDown) => return Err(s3_error!(SlowDown)),
-            Some(FaultKind::Stall) => tokio::time::sleep(store.faults.stall).await,
-            _ => {}
-        }
-        let corrupt_at = store.faults.draw();
+        store.stats.see(&input.key, |s| match range {
+            Some(_) => s.range_gets += 1,
+            None => s.gets += 1,
+        });
+        // Rules first (tests), then the random faults (soak).
+        let (bandwidth, ruled) = store.apply_rules(&input.key).await?;
+        let fault = match ruled {
+            Some(ServerFault::Truncate) => Some(BodyFault::Truncate),
+            Some(ServerFault::Corrupt) => Some(BodyFault::Corrupt((span.end - span.start) / 2)),
+            _ => {
+                let picked = store.faults.pick();
+                let corrupt_at = store.faults.draw();
+                match picked {
+                    Some(FaultKind::SlowDown) => return Err(slow_down()),
+                    Some(FaultKind::Stall) => {
+                        tokio::time::sleep(store.faults.stall).await;
+                        None
+                    }
+                    Some(FaultKind::Reset) => Some(BodyFault::Reset),
+                    Some(FaultKind::Truncate) => Some(BodyFault::Truncate),
+                    Some(FaultKind::Corrupt) => Some(BodyFault::Corrupt(corrupt_at)),
+                    None => None,
+                }
+            }
+        };
+        store
+            .stats
+            .see(&input.key, |s| s.bytes += span.end - span.start);
         let out = GetObjectOutput {
             content_length: Some((span.end - span.start) as i64),
             content_range: range
@@ -347,7 +512,7 @@ impl S3 for DirS3 {
                 .map(|r| format!("bytes {}-{}/{}", r.start, r.end.saturating_sub(1), e.size)),
             e_tag: Some(etag(&e)),
             last_modified: Some(Timestamp::from(e.mtime)),
-            body: Some(body(path, span, store.stats.clone(), fault, corrupt_at)),
+            body: Some(body(e.data, span, store.stats.clone(), fault, bandwidth)),
             ..Default::default()
         };
         Ok(if range.is_some() {
@@ -361,8 +526,11 @@ impl S3 for DirS3 {
         &self,
         req: S3Request<HeadObjectInput>,
     ) -> S3Result<S3Response<HeadObjectOutput>> {
-        self.0.stats.heads.fetch_add(1, Ordering::Relaxed);
-        let e = self.0.entry(&req.input.bucket, &req.input.key)?;
+        let store = &self.0;
+        store.stats.heads.fetch_add(1, Ordering::Relaxed);
+        let e = store.entry(&req.input.bucket, &req.input.key)?;
+        store.stats.see(&req.input.key, |s| s.heads += 1);
+        store.apply_rules(&req.input.key).await?;
         Ok(S3Response::new(HeadObjectOutput {
             content_length: Some(e.size as i64),
             e_tag: Some(etag(&e)),
@@ -376,7 +544,7 @@ impl S3 for DirS3 {
         req: S3Request<HeadBucketInput>,
     ) -> S3Result<S3Response<HeadBucketOutput>> {
         self.0.stats.other.fetch_add(1, Ordering::Relaxed);
-        self.0.bucket(&req.input.bucket)?;
+        self.0.has_bucket(&req.input.bucket)?;
         Ok(S3Response::new(HeadBucketOutput::default()))
     }
 
@@ -385,7 +553,7 @@ impl S3 for DirS3 {
         req: S3Request<GetBucketLocationInput>,
     ) -> S3Result<S3Response<GetBucketLocationOutput>> {
         self.0.stats.other.fetch_add(1, Ordering::Relaxed);
-        self.0.bucket(&req.input.bucket)?;
+        self.0.has_bucket(&req.input.bucket)?;
         Ok(S3Response::new(GetBucketLocationOutput::default()))
     }
 
@@ -396,7 +564,7 @@ impl S3 for DirS3 {
         self.0.stats.other.fetch_add(1, Ordering::Relaxed);
         let buckets = self
             .0
-            .buckets
+            .read()
             .keys()
             .map(|b| Bucket {
                 name: Some(b.clone()),

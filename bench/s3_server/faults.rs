@@ -1,4 +1,4 @@
-//! Fault injection for the soak harness (`bench/soak.sh`): with `--fault-rate P`, each GET is
+//! Fault injection. At random, for the soak harness (`bench/soak.sh`): with `--fault-rate P`, each GET is
 //! hit by one fault with probability P, chosen among `--faults` (default all of them):
 //!
 //! - `503`: an S3 `SlowDown` error (HTTP 503), as S3 sends under load;
@@ -9,8 +9,12 @@
 //!
 //! Choices come from a seeded counter-based generator (`--fault-seed`), so a run can be
 //! repeated. Every injected fault is counted in `GET /__bench/stats` under `faults`.
+//!
+//! And by rule, for the tests ([`Rules`]): a [`ServerFault`] on the requests for one key (or
+//! any), a given number of times or for good.
 
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// One kind of fault.
@@ -137,5 +141,87 @@ impl Faults {
             })
             .collect();
         format!("{{{}}}", parts.join(","))
+    }
+}
+
+/// A fault a test asks for ([`Rules::add`]), on GetObject and HeadObject.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ServerFault {
+    /// 503 SlowDown.
+    SlowDown,
+    /// 500 InternalError.
+    InternalError,
+    /// Close the connection without answering.
+    Reset,
+    /// Send half of the body, then fail the stream (Content-Length unmet).
+    Truncate,
+    /// Flip the byte in the middle of the body.
+    Corrupt,
+    /// Wait before answering (rules add up).
+    Latency(Duration),
+    /// Stream the body at this many bytes per second.
+    Bandwidth(u64),
+}
+
+#[derive(Debug)]
+struct Rule {
+    fault: ServerFault,
+    key: Option<String>,
+    remaining: Option<u64>,
+}
+
+/// What the rules decided for one request.
+#[derive(Debug, Default)]
+pub struct Decision {
+    /// Time to wait before answering.
+    pub delay: Duration,
+    /// Body bytes per second, when capped.
+    pub bandwidth: Option<u64>,
+    /// The first matching fault that is neither a delay nor a bandwidth cap.
+    pub fault: Option<ServerFault>,
+}
+
+/// The faults tests asked for, each on one key or any, some a given number of times.
+#[derive(Debug, Default)]
+pub struct Rules(Mutex<Vec<Rule>>);
+
+impl Rules {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Rule>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Injects `fault` on requests for `key` (any key when `None`), `times` times (for good
+    /// when `None`).
+    pub fn add(&self, fault: ServerFault, key: Option<&str>, times: Option<u64>) {
+        self.lock().push(Rule {
+            fault,
+            key: key.map(str::to_string),
+            remaining: times,
+        });
+    }
+
+    /// Removes every rule.
+    pub fn clear(&self) {
+        self.lock().clear();
+    }
+
+    /// Consumes the rules that match a request for `key`.
+    pub fn decide(&self, key: &str) -> Decision {
+        let mut d = Decision::default();
+        for r in self.lock().iter_mut() {
+            if r.remaining == Some(0) || r.key.as_deref().is_some_and(|k| k != key) {
+                continue;
+            }
+            match &r.fault {
+                ServerFault::Latency(t) => d.delay += *t,
+                ServerFault::Bandwidth(b) => d.bandwidth = Some(*b),
+                f if d.fault.is_none() => d.fault = Some(f.clone()),
+                _ => continue,
+            }
+            if let Some(n) = r.remaining.as_mut() {
+                *n -= 1;
+            }
+        }
+        d
     }
 }

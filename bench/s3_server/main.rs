@@ -9,25 +9,24 @@
 //!
 //! Prints `listening on http://127.0.0.1:PORT` on stdout once it accepts connections.
 
-mod bucket;
-mod faults;
-mod stats;
-mod throttle;
+// Shared with the tests (tests/common/s3s_server.rs), which use the parts this binary does
+// not (objects in memory, fault rules, per-key counts).
+#[allow(dead_code)]
+#[path = "mod.rs"]
+mod server;
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, Result};
-use bytes::Bytes;
 use clap::Parser;
-use hyper_util::rt::{TokioExecutor, TokioIo};
 
-use bucket::{DirS3, DirStore};
-use stats::Stats;
-use throttle::Throttled;
+use server::bucket::{self, Buckets};
+use server::faults;
+use server::serve::Link;
+use server::stats::Stats;
 
 /// Serve DIR (each subfolder a bucket) over S3 with an emulated remote link.
 #[derive(Debug, Parser)]
@@ -83,10 +82,6 @@ fn main() -> Result<()> {
     rt.block_on(serve(args))
 }
 
-fn json(s: String) -> hyper::Response<s3s::Body> {
-    hyper::Response::new(s3s::Body::from(Bytes::from(s)))
-}
-
 async fn serve(args: Args) -> Result<()> {
     let stats = Arc::new(Stats::default());
     let kinds = faults::parse_kinds(&args.faults).map_err(anyhow::Error::msg)?;
@@ -97,20 +92,12 @@ async fn serve(args: Args) -> Result<()> {
         args.fault_seed,
     ));
     let store = Arc::new(
-        DirStore::open(&args.dir, stats.clone(), args.etags, faults.clone())
+        Buckets::open(&args.dir, stats, args.etags, faults)
             .with_context(|| format!("cannot index {}", args.dir.display()))?,
     );
     for (b, n, bytes) in store.summary() {
         eprintln!("bucket {b}: {n} objects, {bytes} bytes");
     }
-    let service = {
-        let mut b = s3s::service::S3ServiceBuilder::new(DirS3(store));
-        b.set_auth(s3s::auth::SimpleAuth::from_single(
-            args.access_key.as_str(),
-            args.secret_key.as_str(),
-        ));
-        b.build()
-    };
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("cannot listen on {}", args.listen))?;
@@ -120,69 +107,11 @@ async fn serve(args: Args) -> Result<()> {
         "latency {} ms per request, bandwidth cap {} Mbit/s per connection",
         args.latency_ms, args.bandwidth_mbps
     );
-    let latency = Duration::from_secs_f64(args.latency_ms.max(0.0) / 1000.0);
-    let log = args.log_requests;
-    let rate = (args.bandwidth_mbps > 0.0).then(|| args.bandwidth_mbps * 1e6 / 8.0);
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            Err(e) => {
-                eprintln!("accept: {e}");
-                tokio::time::sleep(Duration::from_millis(10)).await;
-                continue;
-            }
-        };
-        let _ = stream.set_nodelay(true);
-        stats.connections.fetch_add(1, Ordering::Relaxed);
-        let io = Throttled::new(stream, rate, stats.clone());
-        let service = service.clone();
-        let stats = stats.clone();
-        let faults = faults.clone();
-        tokio::spawn(async move {
-            let svc =
-                hyper::service::service_fn(move |req: hyper::Request<hyper::body::Incoming>| {
-                    let service = service.clone();
-                    let stats = stats.clone();
-                    let faults = faults.clone();
-                    async move {
-                        if req.uri().path() == "/__bench/stats" {
-                            let s = stats.to_json();
-                            let s = format!(
-                                "{},\"faults\":{}}}",
-                                s.trim_end_matches('}'),
-                                faults.to_json()
-                            );
-                            return Ok::<_, s3s::HttpError>(json(s));
-                        }
-                        if !latency.is_zero() {
-                            tokio::time::sleep(latency).await;
-                        }
-                        let line = log.then(|| {
-                            let range = req
-                                .headers()
-                                .get("range")
-                                .map(|v| v.to_str().unwrap_or("?").to_string());
-                            (
-                                req.method().clone(),
-                                req.uri().clone(),
-                                range,
-                                std::time::Instant::now(),
-                            )
-                        });
-                        let resp = hyper::service::Service::call(&service, req).await;
-                        if let Some((method, uri, range, t0)) = line {
-                            let status = resp.as_ref().map(|r| r.status().as_u16()).unwrap_or(0);
-                            eprintln!(
-                                "{method} {uri} range={range:?} -> {status} in {:?}",
-                                t0.elapsed()
-                            );
-                        }
-                        resp
-                    }
-                });
-            let _ = hyper_util::server::conn::auto::Builder::new(TokioExecutor::new())
-                .serve_connection(TokioIo::new(io), svc)
-                .await;
-        });
-    }
+    let link = Link {
+        latency: Duration::from_secs_f64(args.latency_ms.max(0.0) / 1000.0),
+        bytes_per_sec: (args.bandwidth_mbps > 0.0).then(|| args.bandwidth_mbps * 1e6 / 8.0),
+        log_requests: args.log_requests,
+    };
+    server::serve::serve(listener, store, &args.access_key, &args.secret_key, link).await;
+    Ok(())
 }

@@ -1,7 +1,10 @@
 //! Counters the harness reads from `GET /__bench/stats` (no auth, no latency): requests per
-//! operation and bytes served, so each benchmark pass can report what it fetched.
+//! operation and bytes served, so each benchmark pass can report what it fetched; and the
+//! requests seen per key, which the tests read in process.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 /// Server-wide counters (monotonic; the harness takes differences).
 #[derive(Debug, Default)]
@@ -22,6 +25,21 @@ pub struct Stats {
     pub wire_bytes: AtomicU64,
     /// Connections accepted.
     pub connections: AtomicU64,
+    /// Requests seen per key.
+    seen: Mutex<HashMap<String, Seen>>,
+}
+
+/// Requests seen for one key.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Seen {
+    /// GetObject without a range.
+    pub gets: u64,
+    /// GetObject with a range.
+    pub range_gets: u64,
+    /// HeadObject.
+    pub heads: u64,
+    /// Bytes of the bodies started (what the answers announced).
+    pub bytes: u64,
 }
 
 impl Stats {
@@ -40,5 +58,29 @@ impl Stats {
             g(&self.wire_bytes),
             g(&self.connections)
         )
+    }
+
+    /// Adds to what was seen for `key`.
+    pub fn see(&self, key: &str, f: impl FnOnce(&mut Seen)) {
+        let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        f(seen.entry(key.to_string()).or_default());
+    }
+
+    /// Requests seen for `key`.
+    pub fn seen(&self, key: &str) -> Seen {
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.get(key).copied().unwrap_or_default()
+    }
+
+    /// Requests seen over all keys.
+    pub fn seen_total(&self) -> Seen {
+        let seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+        seen.values().fold(Seen::default(), |mut a, s| {
+            a.gets += s.gets;
+            a.range_gets += s.range_gets;
+            a.heads += s.heads;
+            a.bytes += s.bytes;
+            a
+        })
     }
 }

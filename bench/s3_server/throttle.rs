@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::{Instant, Sleep};
 
-use crate::stats::Stats;
+use super::stats::Stats;
 
 /// Largest slice handed to the socket in one write, to keep the pacing smooth.
 const MAX_WRITE: usize = 64 * 1024;

@@ -54,6 +54,9 @@ pub fn shardfs_bin() -> PathBuf {
 
 pub mod emulators;
 pub mod moto;
+// The S3 server of the benchmarks (bench/s3_server/), run in process by `s3s_server`.
+#[path = "../../bench/s3_server/mod.rs"]
+pub mod loopback_s3;
 pub mod s3s_server;
 
 /// Every fixture dataset folder under `fixtures()/mds`, sorted by name.

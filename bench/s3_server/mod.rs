@@ -1,0 +1,15 @@
+//! The loopback S3 server of the benchmarks (`bench-s3-server`, `main.rs`) and the tests
+//! (`tests/common/s3s_server.rs` runs it in process): one implementation on the `s3s` crate,
+//! so what the tests prove about faults is what the soak injects.
+//!
+//! - [`bucket`]: the S3 operations over buckets of files (a directory) or of bytes in memory;
+//! - [`faults`]: faults at random (the soak) and by rule (the tests);
+//! - [`serve`]: the accept loop, with SigV4 and the emulated link;
+//! - [`stats`]: request and byte counters, in total and per key;
+//! - [`throttle`]: the per-connection bandwidth cap.
+
+pub mod bucket;
+pub mod faults;
+pub mod serve;
+pub mod stats;
+pub mod throttle;
