@@ -1,6 +1,6 @@
 //! The loopback S3 server of the benchmarks (`bench-s3-server`, `main.rs`) and the tests
-//! (`tests/common/s3s_server.rs` runs it in process): one implementation on the `s3s` crate,
-//! so what the tests prove about faults is what the soak injects.
+//! (`tests/common/s3s_server.rs` runs it in process): one implementation on the `s3s` crate of
+//! the S3 operations and of the faults (by rule for the tests, at random for the soak).
 //!
 //! - [`bucket`]: the S3 operations over buckets of files (a directory) or of bytes in memory;
 //! - [`faults`]: faults at random (the soak) and by rule (the tests);

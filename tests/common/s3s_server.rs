@@ -3,7 +3,8 @@
 //! (GetObject with ranges, HeadObject, ListObjects with pagination), counts requests per key,
 //! and injects faults by rule at the protocol level: 503 SlowDown, 500, dropped connections,
 //! bodies cut short (the advertised Content-Length is not met), corrupted bytes, latency and
-//! a bandwidth cap. The soak (`bench/soak.sh`) injects the same faults at random.
+//! a bandwidth cap. The soak (`bench/soak.sh`) injects its faults at random through the same
+//! code.
 //!
 //! It runs on its own thread and runtime, so blocking clients in the test thread can use it.
 
