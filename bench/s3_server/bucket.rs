@@ -444,11 +444,9 @@ fn body(
     StreamingBlob::wrap(stream)
 }
 
-/// The S3 error S3 sends under load (HTTP 503).
+/// The S3 error S3 sends under load (HTTP 503, s3s's status for `SlowDown`).
 fn slow_down() -> s3s::S3Error {
-    let mut e = s3_error!(SlowDown, "Please reduce your request rate.");
-    e.set_status_code(http::StatusCode::SERVICE_UNAVAILABLE);
-    e
+    s3_error!(SlowDown, "Please reduce your request rate.")
 }
 
 fn max_keys(v: Option<i32>) -> usize {

@@ -1,5 +1,5 @@
-//! Fault injection. At random, for the soak harness (`bench/soak.sh`): with `--fault-rate P`, each GET is
-//! hit by one fault with probability P, chosen among `--faults` (default all of them):
+//! Fault injection. At random, for the soak harness (`bench/soak.sh`): with `--fault-rate P`,
+//! each GET is hit by one fault with probability P, chosen among `--faults` (default all):
 //!
 //! - `503`: an S3 `SlowDown` error (HTTP 503), as S3 sends under load;
 //! - `reset`: the connection is dropped before the first body byte;

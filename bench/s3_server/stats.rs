@@ -63,7 +63,11 @@ impl Stats {
     /// Adds to what was seen for `key`.
     pub fn see(&self, key: &str, f: impl FnOnce(&mut Seen)) {
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
-        f(seen.entry(key.to_string()).or_default());
+        // The key is copied only the first time it is seen.
+        match seen.get_mut(key) {
+            Some(s) => f(s),
+            None => f(seen.entry(key.to_string()).or_default()),
+        }
     }
 
     /// Requests seen for `key`.

@@ -308,10 +308,12 @@ impl ShardSource for MdsDataset {
     }
 
     fn fetch(&self, shard: u32) -> Result<(), CacheError> {
-        let (s, k) = self.stream_of_shard(shard).ok_or(CacheError::NoSuchShard {
-            shard: shard as usize,
-            shards: self.num_shards(),
-        })?;
+        let (s, k) = self
+            .stream_of_shard(shard)
+            .ok_or_else(|| CacheError::NoSuchShard {
+                shard: shard as usize,
+                shards: self.num_shards(),
+            })?;
         s.shards.prefetch(k)
     }
 }
