@@ -213,8 +213,10 @@ impl Plugin {
             }
         }
         self.child = Some(cmd.spawn().unwrap());
+        // Ready when it accepts a connection: the socket file appears at bind(), a moment
+        // before listen(), and a client in between is refused.
         let deadline = Instant::now() + Duration::from_secs(20);
-        while !self.socket().exists() {
+        while std::os::unix::net::UnixStream::connect(self.socket()).is_err() {
             assert!(Instant::now() < deadline, "no socket: {}", self.log());
             std::thread::sleep(Duration::from_millis(20));
         }
