@@ -19,6 +19,11 @@
 //! then the buffer is kept if the bytes taken plus the kept buffers stay within the budget.
 //! So memory stays within the budget, and the next download finds the buffer waiting.
 //! Buffers unused for [`IDLE_BUFFER_LIFETIME`] are freed ([`DownloadBudget::free_idle`]).
+//!
+//! A download may also borrow past the limit, up to a `loan` bound, bytes its caller says are
+//! free elsewhere now ([`DownloadBudget::acquire_with_loan`]: the memory tier's unused share,
+//! on a cold start). Borrowed bytes are [`DownloadBudget::lent`] until given back, and the
+//! buffers they were in are freed rather than kept, so memory goes back to the lender.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -42,7 +47,11 @@ pub enum Urgency {
 #[derive(Debug)]
 pub struct DownloadBudget {
     limit: u64,
+    /// Most bytes taken past `limit` at once (borrowed; see [`DownloadBudget::acquire_with_loan`]).
+    loan: u64,
     state: Mutex<BudgetState>,
+    /// `state.used`, readable without the lock (for [`DownloadBudget::lent`], asked on reads).
+    used_now: AtomicU64,
     freed: Condvar,
 }
 
@@ -80,11 +89,20 @@ pub struct DownloadBuffer {
 }
 
 impl DownloadBudget {
-    /// A budget of `limit` bytes (0: no bound).
+    /// A budget of `limit` bytes (0: no bound) that never borrows.
+    #[cfg(test)]
     pub fn new(limit: u64) -> Self {
+        Self::with_loan(limit, 0)
+    }
+
+    /// A budget of `limit` bytes that may borrow up to `loan` bytes more
+    /// ([`DownloadBudget::acquire_with_loan`]).
+    pub fn with_loan(limit: u64, loan: u64) -> Self {
         Self {
             limit,
+            loan: if limit == 0 { 0 } else { loan },
             state: Mutex::new(BudgetState::default()),
+            used_now: AtomicU64::new(0),
             freed: Condvar::new(),
         }
     }
@@ -92,7 +110,20 @@ impl DownloadBudget {
     /// Waits until `bytes` (at most the whole budget) fit, then takes them; while a
     /// [`Urgency::Demand`] download waits, no prefetch is let in. Kept buffers that no
     /// longer fit beside the bytes taken are freed, except one this download can use.
+    #[cfg(test)]
     pub fn acquire<'a>(self: &'a Arc<Self>, bytes: u64, urgency: Urgency) -> DownloadPermit<'a> {
+        self.acquire_with_loan(bytes, urgency, &|| 0)
+    }
+
+    /// [`DownloadBudget::acquire`], letting the bytes taken go past the limit by what
+    /// `lendable()` says is free elsewhere now (asked each time room is looked for), up to the
+    /// budget's loan bound: then [`DownloadBudget::lent`] is the excess.
+    pub fn acquire_with_loan<'a>(
+        self: &'a Arc<Self>,
+        bytes: u64,
+        urgency: Urgency,
+        lendable: &dyn Fn() -> u64,
+    ) -> DownloadPermit<'a> {
         if self.limit == 0 {
             return DownloadPermit {
                 budget: self,
@@ -106,13 +137,20 @@ impl DownloadBudget {
             st.demands_waiting += 1;
         }
         loop {
-            let fits = st.used == 0 || st.used.saturating_add(bytes) <= self.limit;
+            let room = |st: &BudgetState| {
+                let wanted = st.used.saturating_add(bytes);
+                wanted <= self.limit
+                    || (self.loan > 0
+                        && wanted <= self.limit.saturating_add(self.loan.min(lendable())))
+            };
+            let fits = st.used == 0 || room(&st);
             if fits && (demand || st.demands_waiting == 0) {
                 break;
             }
             st = self.freed.wait(st).unwrap_or_else(|p| p.into_inner());
         }
         st.used += bytes;
+        self.used_now.store(st.used, Ordering::Relaxed);
         let mut notify = false;
         if demand {
             st.demands_waiting -= 1;
@@ -134,6 +172,16 @@ impl DownloadBudget {
     /// Bytes taken now (shards being downloaded and not yet on disk; 0 when unbounded).
     pub fn in_use(&self) -> u64 {
         self.lock().used
+    }
+
+    /// Bytes taken past the limit now: borrowed through [`DownloadBudget::acquire_with_loan`].
+    pub fn lent(&self) -> u64 {
+        if self.loan == 0 {
+            return 0;
+        }
+        self.used_now
+            .load(Ordering::Relaxed)
+            .saturating_sub(self.limit)
     }
 
     /// Bytes of buffers kept for the next downloads.
@@ -176,6 +224,7 @@ impl DownloadBudget {
         let size = data.capacity() as u64;
         let mut st = self.lock();
         st.used = st.used.saturating_sub(taken);
+        self.used_now.store(st.used, Ordering::Relaxed);
         let keep = self.limit > 0 && size > 0 && st.used + st.idle_bytes + size <= self.limit;
         if keep {
             st.idle_bytes += size;
@@ -257,6 +306,7 @@ impl Drop for DownloadPermit<'_> {
         }
         let mut st = self.budget.lock();
         st.used = st.used.saturating_sub(bytes);
+        self.budget.used_now.store(st.used, Ordering::Relaxed);
         drop(st);
         self.budget.freed.notify_all();
     }
@@ -365,6 +415,59 @@ mod tests {
         let _a = free.acquire(1 << 40, Urgency::Prefetch);
         let _b = free.acquire(1 << 40, Urgency::Demand);
         assert_eq!(free.in_use(), 0);
+    }
+
+    #[test]
+    fn a_loan_lets_downloads_past_the_limit_by_what_is_free_and_no_further() {
+        let budget = Arc::new(DownloadBudget::with_loan(100, 80));
+        let free = AtomicU64::new(1000);
+        let lendable = || free.load(Ordering::SeqCst);
+        let a = budget.acquire_with_loan(60, Urgency::Prefetch, &lendable);
+        assert_eq!(budget.lent(), 0, "within the limit");
+        let b = budget.acquire_with_loan(60, Urgency::Prefetch, &lendable);
+        assert_eq!((budget.in_use(), budget.lent()), (120, 20));
+        // 180 is the most (the loan bound), whatever is free.
+        let c = budget.acquire_with_loan(60, Urgency::Prefetch, &lendable);
+        assert_eq!(budget.in_use(), 180);
+        drop(c);
+        // Only what the lender has free: 10 more now, so a 30-byte download waits.
+        free.store(10, Ordering::SeqCst);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let budget = budget.clone();
+            std::thread::spawn(move || {
+                let _p = budget.acquire_with_loan(30, Urgency::Demand, &|| 10);
+                tx.send(()).expect("send");
+            })
+        };
+        assert!(rx
+            .recv_timeout(std::time::Duration::from_millis(100))
+            .is_err());
+        drop(b);
+        rx.recv().expect("in once the limit has room");
+        waiter.join().expect("waiter");
+        drop(a);
+        assert_eq!((budget.in_use(), budget.lent()), (0, 0));
+        // Without a loan bound nothing is ever borrowed.
+        let plain = Arc::new(DownloadBudget::new(100));
+        let _x = plain.acquire_with_loan(100, Urgency::Prefetch, &lendable);
+        assert_eq!(plain.lent(), 0);
+    }
+
+    #[test]
+    fn borrowed_buffers_go_back_to_the_lender_not_to_the_kept_ones() {
+        let budget = Arc::new(DownloadBudget::with_loan(2 * BUFFER_GRAIN as u64, 1 << 30));
+        let len = BUFFER_GRAIN;
+        let permits: Vec<_> = (0..4)
+            .map(|_| budget.acquire_with_loan(len as u64, Urgency::Prefetch, &|| 1 << 30))
+            .collect();
+        assert_eq!(budget.lent(), 2 * len as u64);
+        let buffers: Vec<_> = permits.iter().map(|p| p.buffer(len)).collect();
+        drop(buffers);
+        drop(permits);
+        // Two buffers fit the limit and are kept; the two borrowed ones were freed.
+        assert_eq!(budget.idle_buffer_bytes(), 2 * len as u64);
+        assert_eq!((budget.in_use(), budget.lent()), (0, 0));
     }
 
     /// Starts a thread that takes `bytes` with `urgency`, reports on `tx` when it holds

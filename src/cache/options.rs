@@ -42,6 +42,11 @@ pub struct CacheOptions {
     /// Bytes of shards downloaded at once (each held in memory until it is verified and on
     /// disk); a shard larger than this downloads alone. 0 = no bound.
     pub download_memory: u64,
+    /// Bytes more that downloads may borrow from the memory tier's share (`memory_limit`)
+    /// while the tier and the read-ahead leave it unused (a cold start, when every reader waits
+    /// for shards and nothing is in memory yet); the tier takes nothing new while a loan is
+    /// out. 0 = no borrowing.
+    pub download_loan: u64,
     /// How long a read waits for open readers to unpin shards when the pinned shards plus the
     /// one it needs exceed the budget, before it fails with `CacheError::Full`. Pins last one
     /// read call, so this only runs out when a caller holds a `ShardHandle` for long.
@@ -60,6 +65,7 @@ impl Default for CacheOptions {
             prefetch_threads: 4,
             verify_attempts: 5,
             download_memory: 128 << 20,
+            download_loan: 0,
             pinned_wait: std::time::Duration::from_secs(30),
         }
     }

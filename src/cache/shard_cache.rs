@@ -365,7 +365,10 @@ impl ShardCache {
                 clock,
             }),
             room: Condvar::new(),
-            downloads: Arc::new(DownloadBudget::new(opts.download_memory)),
+            downloads: Arc::new(DownloadBudget::with_loan(
+                opts.download_memory,
+                opts.download_loan,
+            )),
             policy,
             reader,
             direct,
@@ -676,8 +679,10 @@ impl ShardCache {
         if let Some(b) = self.preloaded.take((shard, i)) {
             // Kept in the tier from here, for the sample's other columns.
             Counters::add(&self.counters.preload_hits, 1);
-            self.memory
-                .put_sample(shard, i, Provenance::Verified, b.clone());
+            if self.tier_has_room(b.len() as u64) {
+                self.memory
+                    .put_sample(shard, i, Provenance::Verified, b.clone());
+            }
             return Ok(b);
         }
         if let Some(b) = self.sample_from_flight(shard, i)? {
@@ -748,6 +753,9 @@ impl ShardCache {
             return Advice::Skipped;
         }
         let len = range.end - range.start;
+        if !self.tier_has_room(len) {
+            return Advice::Full;
+        }
         let advice = self.preloaded.reserve((shard, i), len);
         if advice != Advice::Started {
             return advice;
@@ -807,8 +815,10 @@ impl ShardCache {
             self.out_of_range(shard, format!("sample {i} of {}", header.num_samples()))
         })?;
         let b = self.dataset.fetch_range(shard, r)?;
-        self.memory
-            .put_sample(shard, i, Provenance::Ranged, b.clone());
+        if self.tier_has_room(b.len() as u64) {
+            self.memory
+                .put_sample(shard, i, Provenance::Ranged, b.clone());
+        }
         Ok(b)
     }
 
@@ -1079,7 +1089,9 @@ impl ShardCache {
         } else {
             Urgency::Prefetch
         };
-        let memory = self.downloads.acquire(size, urgency);
+        let memory = self
+            .downloads
+            .acquire_with_loan(size, urgency, &|| self.tier_unused());
         let _demand = crate::store::demand_scope(demand);
         let started = Instant::now();
         let key = self.key(shard)?;
@@ -1156,7 +1168,9 @@ impl ShardCache {
     /// Puts every sample of a verified shard into the memory tier when it fits in half of
     /// the tier's sample budget (so one shard cannot flush everything else). True if kept.
     fn keep_in_memory(&self, shard: usize, raw: &Bytes) -> bool {
-        if raw.len() as u64 > self.memory.sample_budget() / 2 {
+        if raw.len() as u64 > self.memory.sample_budget() / 2
+            || !self.tier_has_room(raw.len() as u64)
+        {
             return false;
         }
         let Ok(header) = ShardHeader::parse(raw) else {
@@ -1176,6 +1190,27 @@ impl ShardCache {
             );
         }
         true
+    }
+
+    /// Bytes the memory tier and the samples read ahead hold now (both within `memory_limit`).
+    fn tier_held(&self) -> u64 {
+        self.memory.bytes().saturating_add(self.preloaded.bytes())
+    }
+
+    /// Bytes of the tier's share unused now, which downloads may borrow (see
+    /// `DownloadBudget::acquire_with_loan`). moka settles its count lazily, so a loan can
+    /// overshoot by the few inserts it lags behind.
+    fn tier_unused(&self) -> u64 {
+        self.opts.memory_limit.saturating_sub(self.tier_held())
+    }
+
+    /// Whether `len` more bytes may go into the tier or the read-ahead now: always, unless
+    /// downloads have borrowed part of the tier's share, which then stays free for them until
+    /// they give it back.
+    fn tier_has_room(&self, len: u64) -> bool {
+        let lent = self.downloads.lent();
+        lent == 0
+            || self.tier_held().saturating_add(lent).saturating_add(len) <= self.opts.memory_limit
     }
 
     /// Evicts until `need` more bytes fit, asking the policy for victims.

@@ -33,8 +33,10 @@ pub struct MountConfig {
     /// being downloaded take at most half (their buffers are kept for the next downloads within
     /// that half, and freed after 30 s unused), the memory tier of headers and samples in front
     /// of the disk cache the rest (3/8 of it for samples read ahead of their readers when the
-    /// cache files bypass the page cache). 0 turns the tier off (downloads then take 4 x
-    /// --fetch-concurrency x --fetch-part-size).
+    /// cache files bypass the page cache). While the tier leaves its part unused (a cold start)
+    /// downloads may borrow it, up to 4 x --fetch-concurrency x --fetch-part-size in all; the
+    /// tier takes nothing new until it is given back. 0 turns the tier off (downloads then take
+    /// 4 x --fetch-concurrency x --fetch-part-size).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub memory_limit: Option<u64>,
     /// How many epoch-E folders a listing of rank-R/ shows (any epoch can be opened by name);
@@ -60,8 +62,8 @@ pub struct MountConfig {
     /// GET per shard). Used where the download can still be checked: a hash in index.json,
     /// or S3's ETag. Shards held in memory until they are checked and on disk are bounded to
     /// two parts per connection (4 x --fetch-concurrency x this: the downloads in flight, and
-    /// as many shards again being checked and written) and to half of --memory-limit; a shard
-    /// larger than that downloads alone.
+    /// as many shards again being checked and written) and to half of --memory-limit (more
+    /// while the memory tier lends its unused part); a shard larger than that downloads alone.
     #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value = "8MiB")]
     pub fetch_part_size: u64,
     /// How to reach the object store.
@@ -250,6 +252,21 @@ fn memory_split(share: u64, connections: usize, part_size: u64) -> (u64, u64) {
     (share - downloads, downloads)
 }
 
+/// How much more than their own share downloads may borrow from the memory tier's share while
+/// the tier leaves it unused (a cold start, when readers wait for whole shards and nothing is
+/// in memory yet): up to the two parts per connection they want (see [`memory_split`]), at
+/// most the tier's whole share. So at the default 256 MiB limit a cold start downloads four
+/// 64 MiB shards at a time instead of two, and `--memory-limit` still bounds the sum.
+fn download_loan(tier: u64, downloads: u64, connections: usize, part_size: u64) -> u64 {
+    let wanted = (connections as u64)
+        .saturating_mul(part_size)
+        .saturating_mul(2);
+    if tier == 0 || downloads == 0 {
+        return 0;
+    }
+    wanted.saturating_sub(downloads).min(tier)
+}
+
 /// The cache settings of one of `streams` streams: each gets an equal share of the disk and
 /// memory limits, so the mount as a whole stays within them.
 fn cache_options(config: &MountConfig, cache_limit: Option<u64>, streams: u64) -> CacheOptions {
@@ -257,6 +274,12 @@ fn cache_options(config: &MountConfig, cache_limit: Option<u64>, streams: u64) -
     let (memory_limit, download_memory) =
         memory_split(share, connections(config), config.fetch_part_size);
     CacheOptions {
+        download_loan: download_loan(
+            memory_limit,
+            download_memory,
+            connections(config),
+            config.fetch_part_size,
+        ),
         cache_dir: config.cache_dir(),
         cache_limit,
         memory_limit,
@@ -474,6 +497,27 @@ mod tests {
         let c = config(&["--memory-limit", "1GiB"]);
         assert_eq!(cache_options(&c, None, 1).download_memory, 256 << 20);
         assert_eq!(o.memory_limit + o.download_memory, 1 << 30);
+    }
+
+    #[test]
+    fn downloads_borrow_up_to_what_they_want_from_the_tier_and_no_more() {
+        // Defaults: 128 MiB of their own, 256 MiB wanted: 128 MiB may be borrowed.
+        let o = cache_options(&config(&[]), None, 1);
+        assert_eq!(o.download_loan, 128 << 20);
+        // A small limit: at most the tier's whole share.
+        let o = cache_options(&config(&["--memory-limit", "16MiB"]), None, 1);
+        assert_eq!(
+            (o.memory_limit, o.download_memory, o.download_loan),
+            (8 << 20, 8 << 20, 8 << 20)
+        );
+        // A large one: downloads have what they want already.
+        let o = cache_options(&config(&["--memory-limit", "1GiB"]), None, 1);
+        assert_eq!(o.download_loan, 0);
+        // No tier to borrow from; whole-shard GETs want no bound of their own.
+        let o = cache_options(&config(&["--memory-limit", "0"]), None, 1);
+        assert_eq!(o.download_loan, 0);
+        let o = cache_options(&config(&["--fetch-part-size", "0"]), None, 1);
+        assert_eq!(o.download_loan, 0);
     }
 
     #[test]
