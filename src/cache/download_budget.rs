@@ -448,10 +448,24 @@ mod tests {
         waiter.join().expect("waiter");
         drop(a);
         assert_eq!((budget.in_use(), budget.lent()), (0, 0));
-        // Without a loan bound nothing is ever borrowed.
+        // Without a loan bound nothing is ever borrowed: a full budget makes the next wait
+        // however much the lender has free.
         let plain = Arc::new(DownloadBudget::new(100));
-        let _x = plain.acquire_with_loan(100, Urgency::Prefetch, &lendable);
-        assert_eq!(plain.lent(), 0);
+        let full = plain.acquire_with_loan(100, Urgency::Prefetch, &lendable);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let plain = plain.clone();
+            std::thread::spawn(move || {
+                let _p = plain.acquire_with_loan(10, Urgency::Demand, &|| 1000);
+                tx.send(()).expect("send");
+            })
+        };
+        assert!(rx
+            .recv_timeout(std::time::Duration::from_millis(100))
+            .is_err());
+        drop(full);
+        rx.recv().expect("in once the budget has room");
+        waiter.join().expect("waiter");
     }
 
     #[test]

@@ -241,9 +241,7 @@ const DEFAULT_MEMORY_LIMIT: u64 = 256 << 20;
 /// larger than that downloads alone); the tier takes the rest. A share of 0 turns the tier off
 /// and leaves downloads what they want (0: no bound, as [`CacheOptions::download_memory`] says).
 fn memory_split(share: u64, connections: usize, part_size: u64) -> (u64, u64) {
-    let wanted = (connections as u64)
-        .saturating_mul(part_size)
-        .saturating_mul(2);
+    let wanted = wanted_download_memory(connections, part_size);
     if share == 0 {
         return (0, wanted);
     }
@@ -258,13 +256,19 @@ fn memory_split(share: u64, connections: usize, part_size: u64) -> (u64, u64) {
 /// most the tier's whole share. So at the default 256 MiB limit a cold start downloads four
 /// 64 MiB shards at a time instead of two, and `--memory-limit` still bounds the sum.
 fn download_loan(tier: u64, downloads: u64, connections: usize, part_size: u64) -> u64 {
-    let wanted = (connections as u64)
-        .saturating_mul(part_size)
-        .saturating_mul(2);
     if tier == 0 || downloads == 0 {
         return 0;
     }
-    wanted.saturating_sub(downloads).min(tier)
+    wanted_download_memory(connections, part_size)
+        .saturating_sub(downloads)
+        .min(tier)
+}
+
+/// What downloads in parts want: two parts per connection (0 for whole-shard GETs).
+fn wanted_download_memory(connections: usize, part_size: u64) -> u64 {
+    (connections as u64)
+        .saturating_mul(part_size)
+        .saturating_mul(2)
 }
 
 /// The cache settings of one of `streams` streams: each gets an equal share of the disk and
