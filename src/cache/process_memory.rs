@@ -32,6 +32,13 @@ pub struct ProcessMemory {
     pub page_pool_free_bytes: u64,
 }
 
+/// Gives memory nothing needed lately back to the kernel (the page pool's buffers that no
+/// read took since the previous call) and returns how many bytes. The daemon calls it every
+/// few seconds.
+pub fn release_idle() -> usize {
+    page_pool::release_idle()
+}
+
 /// The process's memory now.
 pub fn snapshot() -> ProcessMemory {
     let (rss_bytes, threads) = proc_status();

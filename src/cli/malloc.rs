@@ -1,4 +1,5 @@
-//! Allocator settings for the long-running daemon (glibc builds only).
+//! Allocator settings for the long-running daemon (glibc builds), and its periodic return of
+//! idle memory to the kernel (all builds).
 //!
 //! The daemon allocates a whole shard (MiBs) per download and frees it soon after, on many
 //! threads. glibc raises its mmap threshold to the size of every freed mmapped block (up to
@@ -10,14 +11,18 @@
 //! A long run still strands free memory between live blocks in the arenas (a memory tier of
 //! many small samples, evicted and replaced, leaves holes): every `TRIM_PERIOD` (10 s) the
 //! daemon hands whole free pages back to the kernel with `malloc_trim(0)`, which takes each
-//! arena's lock for a moment. See malloc_trim(3).
+//! arena's lock for a moment. See malloc_trim(3). The same thread unmaps the page pool's
+//! buffers that no read took since its last turn (`process_memory::release_idle`), with any
+//! C library.
 //!
 //! Per-thread caches are turned off for the daemon (it re-executes itself once with
 //! `GLIBC_TUNABLES`, the only way to set them): see [`reexec_with_daemon_tunables`].
 //!
 //! Users keep the last word: nothing is changed when `GLIBC_TUNABLES` or a `MALLOC_*`
 //! variable is set. musl builds (the release artifacts) have an allocator that returns large
-//! blocks by itself, so this does nothing there.
+//! blocks by itself, so only the page pool's release runs there.
+
+use crate::cache::process_memory;
 
 /// Blocks of at least this size are mmapped (and unmapped on free).
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
@@ -27,8 +32,8 @@ const MMAP_THRESHOLD: i32 = 1 << 20;
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
 const ARENA_MAX: i32 = 4;
 
-/// How often free pages in the arenas are given back to the kernel.
-#[cfg(all(target_os = "linux", target_env = "gnu"))]
+/// How often idle memory (the page pool's, free pages in the arenas) is given back to the
+/// kernel.
 const TRIM_PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
 
 /// The glibc tunables a daemon re-executes itself with: no per-thread caches. Each thread's
@@ -77,27 +82,32 @@ pub fn reexec_with_daemon_tunables() {
     }
 }
 
-/// Starts a thread that gives free arena pages back to the kernel every `TRIM_PERIOD`
-/// (glibc builds, unless the user set allocator variables).
+/// Starts a thread that gives idle memory back to the kernel every `TRIM_PERIOD`: the page
+/// pool's idle buffers ([`process_memory::release_idle`]), and free arena pages with
+/// `malloc_trim` (glibc builds, unless the user set allocator variables).
 pub fn start_trimming() {
-    if user_set() {
-        return;
+    let trim_arenas = cfg!(all(target_os = "linux", target_env = "gnu")) && !user_set();
+    let spawned = std::thread::Builder::new()
+        .name("memory-trim".into())
+        .spawn(move || loop {
+            std::thread::sleep(TRIM_PERIOD);
+            process_memory::release_idle();
+            if trim_arenas {
+                trim_malloc_arenas();
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::debug!(error = %e, "cannot start the memory trimming thread");
     }
+}
+
+/// Returns whole free pages of malloc's arenas to the kernel.
+fn trim_malloc_arenas() {
+    // SAFETY: malloc_trim only returns free memory to the kernel; it is thread-safe (it takes
+    // each arena's lock).
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    {
-        let spawned = std::thread::Builder::new()
-            .name("malloc-trim".into())
-            .spawn(|| loop {
-                std::thread::sleep(TRIM_PERIOD);
-                // SAFETY: malloc_trim only returns free memory to the kernel; it is
-                // thread-safe (it takes each arena's lock).
-                unsafe {
-                    libc::malloc_trim(0);
-                }
-            });
-        if let Err(e) = spawned {
-            tracing::debug!(error = %e, "cannot start the malloc trimming thread");
-        }
+    unsafe {
+        libc::malloc_trim(0);
     }
 }
 
