@@ -1331,6 +1331,12 @@ impl store::Store for Rewritten {
     ) -> store::StoreFuture<'a, store::Fetched> {
         Box::pin(async move { Ok((self.fetched)(self.inner.get_fetched(key).await?)) })
     }
+    fn checksums<'a>(
+        &'a self,
+        key: &'a store::ObjectKey,
+    ) -> store::StoreFuture<'a, store::StoreChecksums> {
+        self.inner.checksums(key)
+    }
     fn list<'a>(
         &'a self,
         prefix: Option<&'a store::ObjectKey>,
@@ -1624,6 +1630,54 @@ fn a_damaged_download_of_a_hashless_dataset_is_caught(
     faulty.clear();
     cache.get(1).unwrap();
     check_every_sample(&cache, &ds);
+}
+
+#[test]
+fn a_corrupted_s3_download_with_a_foreign_etag_is_caught_by_the_checksum_s3_keeps() {
+    use crate::common::s3s_server::{EtagMode, FakeS3};
+    // ETags that look like MD5s but are not (SSE-KMS, SSE-C): only the CRC64NVME S3 keeps,
+    // asked for with a signed checksum-mode HEAD, tells damage from a foreign ETag. Without
+    // it, a corruption repeated on every download would pass as "two downloads agree".
+    let server = FakeS3::start_with(EtagMode::Encrypted);
+    server.answer_checksum_mode(true);
+    server.put_dir("bkt", "basic", &fixtures().join("mds/basic"));
+    a_damaged_download_of_a_hashless_dataset_is_caught(
+        "s3://bkt/basic",
+        &server.options(),
+        "CRC64NVME",
+    );
+    assert!(
+        server.seen("basic/shard.00000.mds").heads >= 1,
+        "asked with checksum mode"
+    );
+}
+
+#[test]
+fn with_the_checksum_s3_keeps_a_foreign_etag_costs_one_download_not_two() {
+    use crate::common::s3s_server::{EtagMode, FakeS3};
+    for answered in [true, false] {
+        let server = FakeS3::start_with(EtagMode::Encrypted);
+        server.answer_checksum_mode(answered);
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = hashless_copy("basic", tmp.path());
+        server.put_dir("bkt", "basic", &ds);
+        let source = store::Source::parse("s3://bkt/basic").unwrap();
+        let dataset = Arc::new(Dataset::load(source.canonical(), &server.options()).unwrap());
+        assert!(dataset.index().shards()[0].raw.hashes.is_empty());
+        let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
+        check_every_sample(&cache, &ds);
+        let seen = server.seen("basic/shard.00000.mds");
+        let (gets, heads) = if answered { (1, 1) } else { (2, 1) };
+        assert_eq!(
+            (seen.gets, seen.heads),
+            (gets, heads),
+            "checksums answered: {answered}"
+        );
+        // Without the checksum every shard's first download fails its foreign ETag.
+        let shards = cache.dataset().index().shards().len() as u64;
+        let failed = if answered { 0 } else { shards };
+        assert_eq!(cache.stats().verify_failures, failed);
+    }
 }
 
 #[test]

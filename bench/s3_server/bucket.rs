@@ -18,10 +18,10 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use s3s::dto::{
-    Bucket, CommonPrefix, GetBucketLocationInput, GetBucketLocationOutput, GetObjectInput,
-    GetObjectOutput, HeadBucketInput, HeadBucketOutput, HeadObjectInput, HeadObjectOutput,
-    ListBucketsInput, ListBucketsOutput, ListObjectsInput, ListObjectsOutput, ListObjectsV2Input,
-    ListObjectsV2Output, Object, StreamingBlob, Timestamp,
+    Bucket, ChecksumMode, ChecksumType, CommonPrefix, GetBucketLocationInput,
+    GetBucketLocationOutput, GetObjectInput, GetObjectOutput, HeadBucketInput, HeadBucketOutput,
+    HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput, ListObjectsInput,
+    ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, Object, StreamingBlob, Timestamp,
 };
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
 
@@ -38,6 +38,8 @@ struct Entry {
     size: u64,
     mtime: SystemTime,
     etag: Option<Arc<str>>,
+    /// The CRC64/NVME S3 keeps of the object (objects put in memory only).
+    crc64nvme: Option<u64>,
     data: Data,
 }
 
@@ -61,6 +63,9 @@ pub enum EtagMode {
     /// What `aws s3 cp` uploads get: objects over 8 MiB as 8 MiB parts, ETag
     /// `MD5(MD5(part 1) ‖ … ‖ MD5(part N))-N`; smaller objects their MD5.
     Multipart,
+    /// What SSE-KMS and SSE-C objects get: 32 hex digits that look like an MD5 but are not
+    /// the object's.
+    Encrypted,
 }
 
 /// The part size of `aws s3 cp` (its default multipart_chunksize, also its threshold).
@@ -79,6 +84,11 @@ fn etag_of(data: &[u8], mode: EtagMode) -> Option<Arc<str>> {
     let size = data.len() as u64;
     if mode == EtagMode::Opaque {
         return None;
+    }
+    if mode == EtagMode::Encrypted {
+        let mut md5: [u8; 16] = Md5::digest(data).into();
+        md5[0] ^= 0xff;
+        return Some(hex::encode(md5).into());
     }
     if mode == EtagMode::Md5 || size <= PART {
         return Some(hex::encode(Md5::digest(data)).into());
@@ -108,6 +118,9 @@ pub struct Buckets {
     pub rules: Rules,
     /// Answers to fail by closing their connection (a [`ServerFault::Reset`] rule).
     pub resets_pending: AtomicU64,
+    /// Whether a HEAD with `x-amz-checksum-mode: ENABLED` gets the object's CRC64NVME (as AWS
+    /// S3 answers since December 2024).
+    pub checksum_mode: std::sync::atomic::AtomicBool,
 }
 
 fn walk(
@@ -130,6 +143,7 @@ fn walk(
                     size: meta.len(),
                     mtime: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
                     etag: s3_etag(&ent.path(), mode)?,
+                    crc64nvme: None,
                     data: Data::File(ent.path().into()),
                 },
             );
@@ -148,6 +162,7 @@ impl Buckets {
             faults,
             rules: Rules::default(),
             resets_pending: AtomicU64::new(0),
+            checksum_mode: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
@@ -187,6 +202,7 @@ impl Buckets {
             size: data.len() as u64,
             mtime: SystemTime::now(),
             etag: etag_of(&data, self.etags),
+            crc64nvme: Some(crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, &data)),
             data: Data::Memory(data),
         };
         self.write()
@@ -529,10 +545,23 @@ impl S3 for BucketsS3 {
         let e = store.entry(&req.input.bucket, &req.input.key)?;
         store.stats.see(&req.input.key, |s| s.heads += 1);
         store.apply_rules(&req.input.key).await?;
+        let asked = req
+            .input
+            .checksum_mode
+            .as_ref()
+            .is_some_and(|m| m.as_str() == ChecksumMode::ENABLED);
+        let crc64nvme = e
+            .crc64nvme
+            .filter(|_| asked && store.checksum_mode.load(Ordering::Relaxed));
         Ok(S3Response::new(HeadObjectOutput {
             content_length: Some(e.size as i64),
             e_tag: Some(etag(&e)),
             last_modified: Some(Timestamp::from(e.mtime)),
+            checksum_crc64nvme: crc64nvme.map(|c| {
+                use base64::Engine;
+                base64::engine::general_purpose::STANDARD.encode(c.to_be_bytes())
+            }),
+            checksum_type: crc64nvme.map(|_| ChecksumType::from_static(ChecksumType::FULL_OBJECT)),
             ..Default::default()
         }))
     }

@@ -60,6 +60,11 @@ pub struct Dataset {
     /// Some shard's ETag has matched the MD5 of its bytes: this store's ETags are MD5s, so a
     /// mismatch is damage, never an SSE-KMS/SSE-C ETag.
     etags_are_md5: std::sync::atomic::AtomicBool,
+    /// Whether the store has given a checksum of an object when asked ([`AskedChecksums`]).
+    store_checksums_seen: std::sync::atomic::AtomicBool,
+    /// Times it gave none, while it never gave one: past [`CHECKSUM_ASKS_WITHOUT_ANSWER`],
+    /// downloads whose ETag says nothing no longer ask.
+    store_checksums_missing: std::sync::atomic::AtomicU32,
     /// The part size that last matched a multipart ETag (0: none yet); tried first next time.
     part_size: std::sync::atomic::AtomicU64,
     /// Shards larger than this are downloaded as parallel ranged parts of this size (0: never).
@@ -155,6 +160,8 @@ impl Dataset {
             id,
             counters,
             etags_are_md5: std::sync::atomic::AtomicBool::new(false),
+            store_checksums_seen: std::sync::atomic::AtomicBool::new(false),
+            store_checksums_missing: std::sync::atomic::AtomicU32::new(0),
             part_size: std::sync::atomic::AtomicU64::new(0),
             fetch_part_size: StoreOptions::default().part_size,
         })
@@ -344,10 +351,13 @@ impl Dataset {
         let mut last = String::new();
         // With no hash in index.json, the store's checksum headers (GCS x-goog-hash, Azure
         // Content-MD5), else the store's MD5 (an S3 ETag) check the transfer. An
-        // ETag that is not an MD5 (SSE-KMS, SSE-C) looks the same, so a mismatch is retried, and
+        // ETag that is not an MD5 (SSE-KMS, SSE-C) looks the same: then the checksum S3 keeps
+        // of the object decides (`asked`); where it keeps none, a mismatch is retried, and
         // two downloads with the same MD5 are taken as the object's true bytes — unless an ETag
         // of this dataset has matched before (then its ETags are MD5s and this is damage).
         let mut previous_md5: Option<[u8; 16]> = None;
+        // When the ETag settles nothing, the store's own checksum of the object, asked once.
+        let asked = AskedChecksums::new(self, &key);
         let downloads = if check.hashes.is_empty() {
             attempts.max(2)
         } else {
@@ -368,7 +378,7 @@ impl Dataset {
         for attempt in 1..=downloads {
             let repairing = held.is_some();
             let fetched = match held.take() {
-                Some((whole, tag)) => self.repair(shard, &key, &check, whole, tag),
+                Some((whole, tag)) => self.repair(shard, &key, &check, whole, tag, &asked),
                 None if in_parts => self.download_in_parts(
                     &key,
                     stored.bytes,
@@ -397,7 +407,14 @@ impl Dataset {
             // The stored bytes first (the index's hash, else the store's checksums): a
             // download in parts that fails here is kept, to be repaired part by part.
             let stored_ok = if check.hashes.is_empty() {
-                self.transfer_check(shard, &url, &download, &sums, Some(&mut previous_md5))
+                self.transfer_check(
+                    shard,
+                    &url,
+                    &download,
+                    &sums,
+                    Some(&mut previous_md5),
+                    &asked,
+                )
             } else {
                 Ok(())
             }
@@ -517,6 +534,7 @@ impl Dataset {
         check: &FileRef,
         mut whole: DownloadBuffer,
         tag: store::EtagMd5s,
+        asked: &AskedChecksums<'_>,
     ) -> Result<Download, StoreError> {
         let url = self.store.url_of(key);
         let sums = TransferSums {
@@ -532,7 +550,8 @@ impl Dataset {
             &tag,
             |bytes| {
                 if check.hashes.is_empty() {
-                    self.transfer_check(shard, &url, bytes, &sums, None).is_ok()
+                    self.transfer_check(shard, &url, bytes, &sums, None, asked)
+                        .is_ok()
                 } else {
                     mds::verify_hashes(check, bytes).is_ok()
                 }
@@ -555,9 +574,11 @@ impl Dataset {
     }
 
     /// The store's own check of a download of a shard index.json lists no hash for: its
-    /// checksum headers, else the ETag's MD5 (plain or multipart). `previous` holds the MD5
-    /// of the last download that failed, for the rule that two downloads that agree are the
-    /// object's bytes when its ETags may not be MD5s; `None` checks strictly, without it.
+    /// checksum headers, else the ETag's MD5 (plain or multipart), else (an ETag that does
+    /// not match or says nothing) the checksum the store keeps for the object, when it gives
+    /// one (`asked`). `previous` holds the MD5 of the last download that failed, for the rule
+    /// that two downloads that agree are the object's bytes when its ETags may not be MD5s;
+    /// `None` checks strictly, without it.
     fn transfer_check(
         &self,
         shard: usize,
@@ -565,6 +586,7 @@ impl Dataset {
         bytes: &[u8],
         sums: &TransferSums,
         previous: Option<&mut Option<[u8; 16]>>,
+        asked: &AskedChecksums<'_>,
     ) -> Result<(), String> {
         use std::sync::atomic::Ordering::Relaxed;
         let strict = previous.is_none();
@@ -590,6 +612,9 @@ impl Dataset {
             if got == want {
                 self.etags_are_md5.store(true, Relaxed);
                 return Ok(());
+            }
+            if let Some(checked) = asked.check_unless_etags_are_md5(bytes) {
+                return checked;
             }
             if agreed_with_previous(got) {
                 tracing::info!(shard, url = %url, "the ETag is not an MD5 of the object (SSE-KMS or SSE-C?); two downloads agree, using them");
@@ -619,6 +644,9 @@ impl Dataset {
                 self.etags_are_md5.store(true, Relaxed);
                 return Ok(());
             }
+            if let Some(checked) = asked.check_unless_etags_are_md5(bytes) {
+                return checked;
+            }
             let got: [u8; 16] = md5::Md5::digest(bytes).into();
             if agreed_with_previous(got) {
                 tracing::info!(shard, url = %url, "the multipart ETag matches no usual part size; two downloads agree, using them");
@@ -629,7 +657,96 @@ impl Dataset {
                 hex::encode(want)
             ));
         }
-        Ok(())
+        // No ETag that could be an MD5 (another S3-compatible store's): the size and header
+        // checks that follow, and the store's checksum when it keeps one.
+        asked.check(bytes).unwrap_or(Ok(()))
+    }
+}
+
+/// How many times in a row a store may give no checksum of an object, while it never gave
+/// one, before downloads that have nothing else to check stop asking (an S3-compatible store
+/// without checksums would otherwise cost a HEAD per download).
+const CHECKSUM_ASKS_WITHOUT_ANSWER: u32 = 8;
+
+/// The checksums the store keeps for one object ([`store::Store::checksums`]: S3 asked with
+/// checksum mode), asked for at most once per shard download, and only when its ETag settles
+/// nothing: an SSE-KMS or SSE-C object (an ETag that is not its MD5), a multipart ETag of an
+/// unusual part size, an ETag that is no MD5 at all. Then the store's checksum decides, and a
+/// mismatch is damage: no second download is needed to tell a foreign ETag from damage.
+struct AskedChecksums<'a> {
+    dataset: &'a Dataset,
+    key: &'a ObjectKey,
+    answer: std::sync::Mutex<Option<store::StoreChecksums>>,
+}
+
+impl<'a> AskedChecksums<'a> {
+    fn new(dataset: &'a Dataset, key: &'a ObjectKey) -> Self {
+        AskedChecksums {
+            dataset,
+            key,
+            answer: std::sync::Mutex::new(None),
+        }
+    }
+
+    /// The store's checksums, asked for on the first call. A failed request gives none
+    /// (the ETag rules apply then), logged once.
+    fn get(&self) -> store::StoreChecksums {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut answer = self.answer.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(sums) = *answer {
+            return sums;
+        }
+        let sums = match self.dataset.store.checksums(self.key) {
+            Ok(sums) => sums,
+            Err(e) => {
+                tracing::info!(key = %self.key, error = %e, "cannot get the store's checksum of the object; checking by its ETag");
+                store::StoreChecksums::default()
+            }
+        };
+        if sums.is_empty() {
+            self.dataset.store_checksums_missing.fetch_add(1, Relaxed);
+        } else {
+            self.dataset.store_checksums_seen.store(true, Relaxed);
+        }
+        *answer = Some(sums);
+        sums
+    }
+
+    /// The bytes checked against the store's checksum, `None` when it gives none (or when
+    /// this store never has, after [`CHECKSUM_ASKS_WITHOUT_ANSWER`] tries).
+    fn check(&self, bytes: &[u8]) -> Option<Result<(), String>> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let d = self.dataset;
+        // Only S3 keeps checksums apart from its answers (GCS and Azure send theirs with
+        // every whole-object answer, read before this is reached).
+        if !d.id.source.starts_with("s3://") {
+            return None;
+        }
+        let worth_asking = d.store_checksums_seen.load(Relaxed)
+            || d.store_checksums_missing.load(Relaxed) < CHECKSUM_ASKS_WITHOUT_ANSWER
+            || self
+                .answer
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .is_some();
+        if !worth_asking {
+            return None;
+        }
+        let sums = self.get();
+        (!sums.is_empty()).then(|| sums.check(bytes))
+    }
+
+    /// [`Self::check`] for a download whose MD5 differs from its ETag: only while this
+    /// dataset's ETags have never been MD5s (once one matched, a mismatch is damage).
+    fn check_unless_etags_are_md5(&self, bytes: &[u8]) -> Option<Result<(), String>> {
+        if self
+            .dataset
+            .etags_are_md5
+            .load(std::sync::atomic::Ordering::Relaxed)
+        {
+            return None;
+        }
+        self.check(bytes)
     }
 }
 

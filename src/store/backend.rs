@@ -22,7 +22,21 @@ pub struct ObjectStoreBackend {
     inner: Arc<dyn ObjectStore>,
     root: Path,
     source: Source,
+    /// How to ask S3 for an object's checksums (signed requests only).
+    checksum_mode: Option<ChecksumMode>,
 }
+
+/// What asking S3 for an object's stored checksums takes: `x-amz-checksum-mode: ENABLED`
+/// must be covered by the request's signature, which `object_store`'s own requests cannot
+/// carry, so the HEAD is presigned with the header bound to it and sent by a client of the
+/// same settings.
+struct ChecksumMode {
+    s3: Arc<object_store::aws::AmazonS3>,
+    http: object_store::client::HttpClient,
+}
+
+/// How long a presigned checksum request stays valid (it is sent at once).
+const CHECKSUM_URL_LIFETIME: std::time::Duration = std::time::Duration::from_secs(300);
 
 impl std::fmt::Debug for ObjectStoreBackend {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -62,6 +76,7 @@ impl ObjectStoreBackend {
                 .with_read_timeout(opts.stall_timeout)
                 .with_allow_http(allow_http)
         };
+        let mut checksum_mode = None;
         let inner: Arc<dyn ObjectStore> = match &source.kind {
             SourceKind::Local { root } => {
                 if !root.is_dir() {
@@ -131,7 +146,18 @@ impl ObjectStoreBackend {
                         }
                     }
                 }
-                Arc::new(b.build().map_err(|e| cfg_err(e.to_string()))?)
+                let s3 = Arc::new(b.build().map_err(|e| cfg_err(e.to_string()))?);
+                if !opts.no_sign_request {
+                    use object_store::client::HttpConnector;
+                    let http = super::ChecksumConnector
+                        .connect(&client(allow_http))
+                        .map_err(|e| cfg_err(e.to_string()))?;
+                    checksum_mode = Some(ChecksumMode {
+                        s3: s3.clone(),
+                        http,
+                    });
+                }
+                s3
             }
             SourceKind::Gcs { bucket } => {
                 use object_store::gcp::GoogleCloudStorageBuilder;
@@ -213,6 +239,7 @@ impl ObjectStoreBackend {
             inner,
             root,
             source: source.clone(),
+            checksum_mode,
         })
     }
 
@@ -255,6 +282,70 @@ impl ObjectStoreBackend {
             .map(|p| p.as_ref().to_string())
             .collect();
         ObjectKey::new(rel.join("/")).ok()
+    }
+
+    /// S3's stored checksums of `key`, asked for with a presigned HEAD that carries
+    /// `x-amz-checksum-mode: ENABLED`. A store that refuses the request (a 4xx other than a
+    /// missing object) gives none. Errors never show the presigned URL, whose query holds a
+    /// signature.
+    async fn checksums_with_mode(
+        &self,
+        mode: &ChecksumMode,
+        key: &ObjectKey,
+    ) -> Result<super::StoreChecksums, StoreError> {
+        use object_store::signer::{SignedUrlOptions, Signer};
+        let url = self.url_of(key);
+        let loc = self.location(key)?;
+        let header = http::HeaderName::from_static("x-amz-checksum-mode");
+        let enabled = http::HeaderValue::from_static("ENABLED");
+        let options =
+            SignedUrlOptions::default().with_signed_header(header.clone(), enabled.clone());
+        let presigned = mode
+            .s3
+            .signed_url_opts(http::Method::HEAD, &loc, CHECKSUM_URL_LIFETIME, &options)
+            .await
+            .map_err(|e| map_error(e, &url))?;
+        let request = http::Request::builder()
+            .method(http::Method::HEAD)
+            .uri(presigned.as_str())
+            .header(header, enabled)
+            .body(object_store::client::HttpRequestBody::empty())
+            .map_err(|e| StoreError::Other {
+                url: url.clone(),
+                detail: format!("cannot make the checksum request: {e}"),
+            })?;
+        let response = mode.http.execute(request).await.map_err(|e| {
+            let (kind, what) = match e.kind() {
+                HttpErrorKind::Connect => (TransientKind::Connection, "cannot connect"),
+                HttpErrorKind::Timeout => (TransientKind::Timeout, "timed out"),
+                _ => (TransientKind::Connection, "the connection failed"),
+            };
+            StoreError::Transient {
+                url: url.clone(),
+                kind,
+                detail: format!("asking for the object's checksums: {what}"),
+            }
+        })?;
+        let status = response.status();
+        let transient = |kind| StoreError::Transient {
+            url: url.clone(),
+            kind,
+            detail: format!("asking for the object's checksums: HTTP {status}"),
+        };
+        match status.as_u16() {
+            200..=299 => Ok(super::StoreChecksums::from_headers(response.headers())),
+            404 => Err(StoreError::NotFound {
+                url: url.clone(),
+                detail: String::new(),
+            }),
+            429 | 503 => Err(transient(TransientKind::Throttled)),
+            408 => Err(transient(TransientKind::Timeout)),
+            500..=599 => Err(transient(TransientKind::ServerError)),
+            _ => {
+                tracing::debug!(url = %url, status = status.as_u16(), "the store refused a checksum-mode HEAD; checking by ETag");
+                Ok(super::StoreChecksums::default())
+            }
+        }
     }
 
     async fn get_checked(
@@ -395,6 +486,15 @@ impl Store for ObjectStoreBackend {
                 size: meta.size,
                 e_tag: meta.e_tag,
             })
+        })
+    }
+
+    fn checksums<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::StoreChecksums> {
+        Box::pin(async move {
+            match &self.checksum_mode {
+                Some(mode) => self.checksums_with_mode(mode, key).await,
+                None => Ok(super::StoreChecksums::default()),
+            }
         })
     }
 

@@ -90,6 +90,11 @@ impl BlockingStore {
         self.run(self.store.get_fetched(key))
     }
 
+    /// See [`Store::checksums`].
+    pub fn checksums(&self, key: &ObjectKey) -> Result<super::StoreChecksums, StoreError> {
+        self.run(self.store.checksums(key))
+    }
+
     /// See [`super::get_in_parts`].
     pub fn get_in_parts(
         &self,

@@ -1,4 +1,4 @@
-//! The checksums a store sends with a whole object, read from its response headers.
+//! The checksums a store keeps for a whole object, read from its response headers.
 //!
 //! `object_store` keeps the response headers to itself but passes the HTTP response's
 //! extensions through to `GetResult::extensions`. [`ChecksumConnector`] wraps the HTTP client
@@ -13,9 +13,14 @@
 //! - `Content-MD5` — Azure Blob Storage returns the blob's stored MD5 on a whole-blob GET
 //!   (set by the service for single-shot uploads, by the client for block-list uploads).
 //!   <https://learn.microsoft.com/rest/api/storageservices/get-blob#response-headers>
-//! - `x-amz-checksum-crc32c` with `x-amz-checksum-type: FULL_OBJECT` — S3-compatible stores
-//!   that return it unasked. (AWS S3 sends it only with `x-amz-checksum-mode: ENABLED`, a signed
-//!   header `object_store` does not send, so S3 is checked by its ETag instead.)
+//! - `x-amz-checksum-{crc64nvme,crc32c,crc32,sha1,sha256}` — S3's stored checksum of the
+//!   object. AWS S3 sends it only to a request with `x-amz-checksum-mode: ENABLED` (a header
+//!   the signature must cover: see `ObjectStoreBackend::checksums`); some S3-compatible stores
+//!   send it unasked. Only a full-object checksum is used (`x-amz-checksum-type: FULL_OBJECT`;
+//!   CRC64NVME is always one): a composite one (`…-N`) is a checksum of the parts' checksums,
+//!   which needs the part boundaries. S3 has computed a CRC64NVME for every object uploaded
+//!   without a checksum of its own since December 2024.
+//!   <https://docs.aws.amazon.com/AmazonS3/latest/userguide/checking-object-integrity.html>
 
 use base64::Engine;
 use object_store::client::{HttpClient, HttpConnector, HttpError, HttpRequest, HttpResponse};
@@ -29,12 +34,20 @@ pub struct StoreChecksums {
     pub md5: Option<[u8; 16]>,
     /// CRC32C (Castagnoli) of the object.
     pub crc32c: Option<u32>,
+    /// CRC64/NVME of the object (S3's default checksum).
+    pub crc64nvme: Option<u64>,
+    /// CRC32 (ISO-HDLC, the zlib one) of the object.
+    pub crc32: Option<u32>,
+    /// SHA-1 of the object.
+    pub sha1: Option<[u8; 20]>,
+    /// SHA-256 of the object.
+    pub sha256: Option<[u8; 32]>,
 }
 
 impl StoreChecksums {
     /// True when the store gave no checksum at all.
     pub fn is_empty(&self) -> bool {
-        self.md5.is_none() && self.crc32c.is_none()
+        *self == Self::default()
     }
 
     /// Reads the checksum headers of a full-object response. Malformed values are ignored
@@ -45,42 +58,81 @@ impl StoreChecksums {
             let Ok(v) = v.to_str() else { continue };
             for item in v.split(',') {
                 match item.trim().split_once('=') {
-                    Some(("md5", b)) => out.md5 = out.md5.or_else(|| decode_md5(b)),
-                    Some(("crc32c", b)) => out.crc32c = out.crc32c.or_else(|| decode_crc32c(b)),
+                    Some(("md5", b)) => out.md5 = out.md5.or_else(|| decode(b)),
+                    Some(("crc32c", b)) => out.crc32c = out.crc32c.or_else(|| decode_u32(b)),
                     _ => {}
                 }
             }
         }
         if out.md5.is_none() {
-            out.md5 = header_str(headers, "content-md5").and_then(decode_md5);
+            out.md5 = header_str(headers, "content-md5").and_then(decode);
         }
-        let full_object = header_str(headers, "x-amz-checksum-type")
-            .is_some_and(|t| t.eq_ignore_ascii_case("FULL_OBJECT"));
-        if out.crc32c.is_none() && full_object {
-            out.crc32c = header_str(headers, "x-amz-checksum-crc32c").and_then(decode_crc32c);
+        let kind = header_str(headers, "x-amz-checksum-type");
+        let composite = kind.is_some_and(|t| t.eq_ignore_ascii_case("COMPOSITE"));
+        let full_object = kind.is_some_and(|t| t.eq_ignore_ascii_case("FULL_OBJECT"));
+        if !composite {
+            out.crc64nvme = header_str(headers, "x-amz-checksum-crc64nvme")
+                .and_then(decode)
+                .map(u64::from_be_bytes);
+        }
+        if full_object {
+            let amz = |name: &str| header_str(headers, name);
+            if out.crc32c.is_none() {
+                out.crc32c = amz("x-amz-checksum-crc32c").and_then(decode_u32);
+            }
+            out.crc32 = amz("x-amz-checksum-crc32").and_then(decode_u32);
+            out.sha1 = amz("x-amz-checksum-sha1").and_then(decode);
+            out.sha256 = amz("x-amz-checksum-sha256").and_then(decode);
         }
         out
     }
 
     /// Checks `bytes` against every checksum present; the error names the one that differs.
     pub fn check(&self, bytes: &[u8]) -> Result<(), String> {
+        fn differs(name: &str, got: impl AsRef<[u8]>, want: impl AsRef<[u8]>) -> String {
+            format!(
+                "{name} {} differs from the store's {}",
+                hex::encode(got),
+                hex::encode(want)
+            )
+        }
+        if let Some(want) = self.crc64nvme {
+            let got = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, bytes);
+            if got != want {
+                return Err(differs("CRC64NVME", got.to_be_bytes(), want.to_be_bytes()));
+            }
+        }
         if let Some(want) = self.crc32c {
             let got = crc32c::crc32c(bytes);
             if got != want {
-                return Err(format!(
-                    "CRC32C {got:08x} differs from the store's {want:08x}"
-                ));
+                return Err(differs("CRC32C", got.to_be_bytes(), want.to_be_bytes()));
+            }
+        }
+        if let Some(want) = self.crc32 {
+            let got = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc32IsoHdlc, bytes) as u32;
+            if got != want {
+                return Err(differs("CRC32", got.to_be_bytes(), want.to_be_bytes()));
             }
         }
         if let Some(want) = self.md5 {
             use md5::Digest;
             let got: [u8; 16] = md5::Md5::digest(bytes).into();
             if got != want {
-                return Err(format!(
-                    "MD5 {} differs from the store's {}",
-                    hex::encode(got),
-                    hex::encode(want)
-                ));
+                return Err(differs("MD5", got, want));
+            }
+        }
+        if let Some(want) = self.sha1 {
+            use sha1::Digest;
+            let got: [u8; 20] = sha1::Sha1::digest(bytes).into();
+            if got != want {
+                return Err(differs("SHA-1", got, want));
+            }
+        }
+        if let Some(want) = self.sha256 {
+            use sha2::Digest;
+            let got: [u8; 32] = sha2::Sha256::digest(bytes).into();
+            if got != want {
+                return Err(differs("SHA-256", got, want));
             }
         }
         Ok(())
@@ -91,7 +143,8 @@ fn header_str<'a>(headers: &'a http::HeaderMap, name: &str) -> Option<&'a str> {
     headers.get(name).and_then(|v| v.to_str().ok())
 }
 
-fn decode_md5(b64: &str) -> Option<[u8; 16]> {
+/// A base64 value of exactly `N` bytes.
+fn decode<const N: usize>(b64: &str) -> Option<[u8; N]> {
     base64::engine::general_purpose::STANDARD
         .decode(b64.trim())
         .ok()?
@@ -99,13 +152,8 @@ fn decode_md5(b64: &str) -> Option<[u8; 16]> {
         .ok()
 }
 
-fn decode_crc32c(b64: &str) -> Option<u32> {
-    let bytes: [u8; 4] = base64::engine::general_purpose::STANDARD
-        .decode(b64.trim())
-        .ok()?
-        .try_into()
-        .ok()?;
-    Some(u32::from_be_bytes(bytes))
+fn decode_u32(b64: &str) -> Option<u32> {
+    decode(b64).map(u32::from_be_bytes)
 }
 
 /// The HTTP connector every backend is built with: `object_store`'s own reqwest client, with
@@ -229,6 +277,47 @@ mod tests {
             ("x-amz-checksum-type", "FULL_OBJECT"),
         ]));
         assert_eq!(full.crc32c, Some(0xc99465aa));
+    }
+
+    #[test]
+    fn s3_full_object_checksums_of_every_algorithm_check_the_bytes() {
+        use base64::Engine;
+        let b64 = |b: &[u8]| base64::engine::general_purpose::STANDARD.encode(b);
+        let data = b"123456789";
+        // Check values of the CRC catalogue: CRC-64/NVME cbf43926 is CRC-32/ISO-HDLC's.
+        let crc64 = 0xae8b_1486_0a79_9888u64;
+        let crc32 = 0xcbf4_3926u32;
+        use sha2::Digest;
+        let sha256: [u8; 32] = sha2::Sha256::digest(data).into();
+        // CRC64NVME is always of the whole object, with or without a type header.
+        let only_crc64 = StoreChecksums::from_headers(&headers(&[(
+            "x-amz-checksum-crc64nvme",
+            &b64(&crc64.to_be_bytes()),
+        )]));
+        assert_eq!(only_crc64.crc64nvme, Some(crc64));
+        assert!(only_crc64.check(data).is_ok());
+        let err = only_crc64.check(b"123456780").unwrap_err();
+        assert!(err.starts_with("CRC64NVME "), "{err}");
+        // The others only as a full-object checksum.
+        let pairs = [
+            ("x-amz-checksum-crc32", b64(&crc32.to_be_bytes())),
+            ("x-amz-checksum-sha256", b64(&sha256)),
+        ];
+        let untyped: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        assert!(StoreChecksums::from_headers(&headers(&untyped)).is_empty());
+        let mut typed = untyped.clone();
+        typed.push(("x-amz-checksum-type", "FULL_OBJECT"));
+        let full = StoreChecksums::from_headers(&headers(&typed));
+        assert_eq!((full.crc32, full.sha256), (Some(crc32), Some(sha256)));
+        assert!(full.check(data).is_ok());
+        let err = full.check(b"12345678").unwrap_err();
+        assert!(err.starts_with("CRC32 "), "{err}");
+        // A composite CRC64NVME (not something S3 makes) is not taken as the object's.
+        let composite = StoreChecksums::from_headers(&headers(&[
+            ("x-amz-checksum-crc64nvme", &b64(&crc64.to_be_bytes())),
+            ("x-amz-checksum-type", "COMPOSITE"),
+        ]));
+        assert!(composite.is_empty());
     }
 
     #[test]

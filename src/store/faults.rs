@@ -207,6 +207,15 @@ impl Store for FaultyStore {
         })
     }
 
+    fn checksums<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::StoreChecksums> {
+        Box::pin(async move {
+            match self.next_fault(key).await {
+                Outcome::Fail(e) => Err(e),
+                _ => self.inner.checksums(key).await,
+            }
+        })
+    }
+
     fn get_part_into<'a>(
         &'a self,
         key: &'a ObjectKey,

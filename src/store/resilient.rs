@@ -183,6 +183,10 @@ impl Store for ResilientStore {
         Box::pin(self.run(key, move || self.inner.get_fetched(key)))
     }
 
+    fn checksums<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::StoreChecksums> {
+        Box::pin(self.run(key, move || self.inner.checksums(key)))
+    }
+
     fn get_part_into<'a>(
         &'a self,
         key: &'a ObjectKey,

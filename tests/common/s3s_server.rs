@@ -8,7 +8,8 @@
 //!
 //! It runs on its own thread and runtime, so blocking clients in the test thread can use it.
 
-use super::loopback_s3::bucket::{Buckets, EtagMode};
+use super::loopback_s3::bucket::Buckets;
+pub use super::loopback_s3::bucket::EtagMode;
 use super::loopback_s3::faults::Faults;
 use super::loopback_s3::serve::{serve, Link};
 use super::loopback_s3::stats::Stats;
@@ -34,12 +35,13 @@ pub struct FakeS3 {
 impl FakeS3 {
     /// Starts a server with no objects, opaque ETags (not MD5s) and no random faults.
     pub fn start() -> FakeS3 {
+        Self::start_with(EtagMode::Opaque)
+    }
+
+    /// Starts a server with no objects, ETags of kind `etags` and no random faults.
+    pub fn start_with(etags: EtagMode) -> FakeS3 {
         let no_faults = Arc::new(Faults::new(0.0, Vec::new(), Default::default(), 0));
-        let buckets = Arc::new(Buckets::new(
-            Arc::new(Stats::default()),
-            EtagMode::Opaque,
-            no_faults,
-        ));
+        let buckets = Arc::new(Buckets::new(Arc::new(Stats::default()), etags, no_faults));
         let (tx, rx) = std::sync::mpsc::channel();
         let served = buckets.clone();
         std::thread::spawn(move || {
@@ -59,6 +61,13 @@ impl FakeS3 {
             endpoint: format!("http://127.0.0.1:{port}"),
             buckets,
         }
+    }
+
+    /// Whether a HEAD asking with checksum mode gets the object's CRC64NVME (off at start).
+    pub fn answer_checksum_mode(&self, on: bool) {
+        self.buckets
+            .checksum_mode
+            .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Stores one object.
