@@ -1681,6 +1681,42 @@ fn with_the_checksum_s3_keeps_a_foreign_etag_costs_one_download_not_two() {
 }
 
 #[test]
+fn a_download_in_parts_with_a_foreign_etag_is_repaired_by_the_checksum_s3_keeps() {
+    use crate::common::s3s_server::{EtagMode, FakeS3};
+    let server = FakeS3::start_with(EtagMode::Encrypted);
+    server.answer_checksum_mode(true);
+    let tmp = tempfile::tempdir().unwrap();
+    let ds = hashless_copy("basic", tmp.path());
+    server.put_dir("bkt", "basic", &ds);
+    let store_opts = StoreOptions {
+        max_retries: 3,
+        initial_backoff: Duration::from_millis(5),
+        max_backoff: Duration::from_millis(20),
+        ..server.options()
+    };
+    let shard0 = ds.join("shard.00000.mds");
+    let size = std::fs::metadata(&shard0).unwrap().len();
+    let part = 4096;
+    assert!(size.div_ceil(part) > 2, "the shard must span several parts");
+    let (faulty, counting, dataset) = instrumented_with_parts("s3://bkt/basic", &store_opts, part);
+    let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
+    // One part damaged: the whole shard's CRC64NVME (asked once) fails, and the repair part
+    // by part is checked against it too (inside the store's runtime: nothing asked there).
+    faulty.inject(Fault::Corrupt, Some("shard.00000.mds"), Some(1));
+    let got = cache.get(0).unwrap().read_at(0, size as usize).unwrap();
+    assert_eq!(got, std::fs::read(&shard0).unwrap());
+    let st = cache.stats();
+    assert_eq!((st.verify_failures, st.repaired_downloads), (1, 1));
+    assert_eq!(counting.for_key("shard.00000.mds").heads, 1, "asked once");
+    // Damaged on every download: refused, although the damage repeats identically.
+    faulty.inject(Fault::Corrupt, Some("shard.00001.mds"), None);
+    let e = cache.get(1).unwrap_err();
+    assert!(e.to_string().contains("CRC64NVME"), "{e}");
+    faulty.clear();
+    check_every_sample(&cache, &ds);
+}
+
+#[test]
 fn a_corrupted_gcs_download_of_a_hashless_dataset_is_caught_by_x_goog_hash() {
     use crate::common::emulators;
     let gcs = emulators::gcs();

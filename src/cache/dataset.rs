@@ -543,6 +543,8 @@ impl Dataset {
             store: store::StoreChecksums::default(),
             streamed: Streamed::default(),
         };
+        // The check below runs inside the store's runtime, where no request can be sent.
+        asked.settle();
         let repair = self.store.refetch_differing_parts(
             key,
             &mut whole,
@@ -712,27 +714,48 @@ impl<'a> AskedChecksums<'a> {
         sums
     }
 
+    /// Whether asking is worth a request: only S3 keeps checksums apart from its answers
+    /// (GCS and Azure send theirs with every whole-object answer, read before this is
+    /// reached), and a store that never gave one is asked [`CHECKSUM_ASKS_WITHOUT_ANSWER`]
+    /// times only.
+    fn worth_asking(&self) -> bool {
+        use std::sync::atomic::Ordering::Relaxed;
+        let d = self.dataset;
+        d.id.source.starts_with("s3://")
+            && (d.store_checksums_seen.load(Relaxed)
+                || d.store_checksums_missing.load(Relaxed) < CHECKSUM_ASKS_WITHOUT_ANSWER)
+    }
+
+    /// Asks now if a check would ask, and makes later checks use that answer only (none
+    /// when it did not ask): for checks made where no request can be sent.
+    fn settle(&self) {
+        let asked = self
+            .answer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        let etags_are_md5 = self
+            .dataset
+            .etags_are_md5
+            .load(std::sync::atomic::Ordering::Relaxed);
+        if !asked && !etags_are_md5 && self.worth_asking() {
+            self.get();
+        }
+        self.answer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert_with(store::StoreChecksums::default);
+    }
+
     /// The bytes checked against the store's checksum, `None` when it gives none (or when
     /// this store never has, after [`CHECKSUM_ASKS_WITHOUT_ANSWER`] tries).
     fn check(&self, bytes: &[u8]) -> Option<Result<(), String>> {
-        use std::sync::atomic::Ordering::Relaxed;
-        let d = self.dataset;
-        // Only S3 keeps checksums apart from its answers (GCS and Azure send theirs with
-        // every whole-object answer, read before this is reached).
-        if !d.id.source.starts_with("s3://") {
-            return None;
-        }
-        let worth_asking = d.store_checksums_seen.load(Relaxed)
-            || d.store_checksums_missing.load(Relaxed) < CHECKSUM_ASKS_WITHOUT_ANSWER
-            || self
-                .answer
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .is_some();
-        if !worth_asking {
-            return None;
-        }
-        let sums = self.get();
+        let answered = *self.answer.lock().unwrap_or_else(|p| p.into_inner());
+        let sums = match answered {
+            Some(sums) => sums,
+            None if self.worth_asking() => self.get(),
+            None => return None,
+        };
         (!sums.is_empty()).then(|| sums.check(bytes))
     }
 
