@@ -99,19 +99,16 @@ impl DaemonRecord {
     /// The pid of the running daemon, if the record names a live shardfs process.
     pub fn running_pid(&self) -> Option<u32> {
         let pid = self.recorded_pid()?;
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
         // A reused pid belongs to some other program: only trust a shardfs process.
-        cmdline
-            .split(|b| *b == 0)
-            .next()
-            .is_some_and(|argv0| String::from_utf8_lossy(argv0).contains("shardfs"))
-            .then_some(pid)
+        is_shardfs(pid).then_some(pid)
     }
 
     /// Waits up to `timeout` for the daemon `pid` to exit, then reads its report.
     pub fn wait_for_exit(&self, pid: u32, timeout: Duration) -> DaemonExit {
         let deadline = Instant::now() + timeout;
-        while self.running_pid() == Some(pid) {
+        // The record goes before the process has ended (its last drops and exit follow):
+        // wait for both, so that a caller who sees the unmount return sees the daemon gone.
+        while self.running_pid() == Some(pid) || shardfs_process_lives(pid) {
             if Instant::now() >= deadline {
                 return DaemonExit::StillRunning(pid);
             }
@@ -136,6 +133,29 @@ impl DaemonRecord {
             std::thread::sleep(Duration::from_millis(20));
         }
     }
+}
+
+/// Whether `pid` is a shardfs process that has not exited yet (a zombie has exited).
+fn shardfs_process_lives(pid: u32) -> bool {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // The state follows the command name in parentheses, which may itself hold ") ".
+    let exited = stat
+        .rsplit_once(") ")
+        .and_then(|(_, rest)| rest.chars().next())
+        .is_none_or(|state| matches!(state, 'Z' | 'X'));
+    !exited && is_shardfs(pid)
+}
+
+/// Whether process `pid` runs a program named shardfs (its argv[0]).
+fn is_shardfs(pid: u32) -> bool {
+    std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|cmdline| {
+        cmdline
+            .split(|b| *b == 0)
+            .next()
+            .is_some_and(|argv0| String::from_utf8_lossy(argv0).contains("shardfs"))
+    })
 }
 
 #[cfg(test)]
