@@ -665,9 +665,9 @@ impl Dataset {
     }
 }
 
-/// How many times in a row a store may give no checksum of an object, while it never gave
-/// one, before downloads that have nothing else to check stop asking (an S3-compatible store
-/// without checksums would otherwise cost a HEAD per download).
+/// How many times a store that has never given a checksum of an object is asked before
+/// downloads stop asking it (an S3-compatible store without checksums, or a bucket of objects
+/// uploaded before S3 kept them, would otherwise cost a HEAD per download).
 const CHECKSUM_ASKS_WITHOUT_ANSWER: u32 = 8;
 
 /// The checksums the store keeps for one object ([`store::Store::checksums`]: S3 asked with
