@@ -390,6 +390,30 @@ mod tests {
     use std::sync::atomic::{AtomicU64, Ordering};
     use std::sync::Arc;
 
+    /// Asserts that a demand download of `bytes`, with `lendable` free elsewhere, waits
+    /// while `held` is taken and gets in once it is given back.
+    fn waits_until_freed(
+        budget: &Arc<DownloadBudget>,
+        bytes: u64,
+        lendable: u64,
+        held: DownloadPermit<'_>,
+    ) {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let waiter = {
+            let budget = budget.clone();
+            std::thread::spawn(move || {
+                let _p = budget.acquire_with_loan(bytes, Urgency::Demand, &|| lendable);
+                tx.send(()).expect("send");
+            })
+        };
+        assert!(rx
+            .recv_timeout(std::time::Duration::from_millis(100))
+            .is_err());
+        drop(held);
+        rx.recv().expect("in once the budget has room");
+        waiter.join().expect("waiter");
+    }
+
     #[test]
     fn holders_never_exceed_the_budget_and_big_ones_go_alone() {
         let budget = Arc::new(DownloadBudget::new(100));
@@ -432,40 +456,14 @@ mod tests {
         drop(c);
         // Only what the lender has free: 10 more now, so a 30-byte download waits.
         free.store(10, Ordering::SeqCst);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let waiter = {
-            let budget = budget.clone();
-            std::thread::spawn(move || {
-                let _p = budget.acquire_with_loan(30, Urgency::Demand, &|| 10);
-                tx.send(()).expect("send");
-            })
-        };
-        assert!(rx
-            .recv_timeout(std::time::Duration::from_millis(100))
-            .is_err());
-        drop(b);
-        rx.recv().expect("in once the limit has room");
-        waiter.join().expect("waiter");
+        waits_until_freed(&budget, 30, 10, b);
         drop(a);
         assert_eq!((budget.in_use(), budget.lent()), (0, 0));
         // Without a loan bound nothing is ever borrowed: a full budget makes the next wait
         // however much the lender has free.
         let plain = Arc::new(DownloadBudget::new(100));
         let full = plain.acquire_with_loan(100, Urgency::Prefetch, &lendable);
-        let (tx, rx) = std::sync::mpsc::channel();
-        let waiter = {
-            let plain = plain.clone();
-            std::thread::spawn(move || {
-                let _p = plain.acquire_with_loan(10, Urgency::Demand, &|| 1000);
-                tx.send(()).expect("send");
-            })
-        };
-        assert!(rx
-            .recv_timeout(std::time::Duration::from_millis(100))
-            .is_err());
-        drop(full);
-        rx.recv().expect("in once the budget has room");
-        waiter.join().expect("waiter");
+        waits_until_freed(&plain, 10, 1000, full);
     }
 
     #[test]
