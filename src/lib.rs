@@ -2,7 +2,8 @@
 //! pre-shuffled, per-rank sample files (see `docs/` and the project README).
 //!
 //! Modules depend on each other in one direction only:
-//! `mds`, `order` (pure) ← `store` ← `cache` ← `readahead` ← `vfs` ← `fuse` ← `cli`.
+//! `mds`, `order` (pure) ← `store` ← `cache` ← `readahead` ← `vfs` ← `fuse` ← `cli`;
+//! `status` (the typed status tree) sits between `cache` and `readahead`.
 #![warn(missing_docs)]
 
 pub mod cache;
@@ -13,5 +14,6 @@ pub mod latency;
 pub mod mds;
 pub mod order;
 pub mod readahead;
+pub mod status;
 pub mod store;
 pub mod vfs;
