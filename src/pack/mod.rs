@@ -14,7 +14,7 @@
 //! starts clean over what it left).
 //!
 //! `--part K/N` packs slice K of N disjoint, ordered slices of the input into
-//! `DEST/part-KKKKK/` (a complete dataset of its own), and [`merge`] writes `DEST/index.json`
+//! `DEST/part-KKKKK/` (a complete dataset of its own), and [`merge()`] writes `DEST/index.json`
 //! over the parts as mosaicml-streaming's `merge_index` does, so the merged dataset reads the
 //! same samples in the same order as a single pack.
 

@@ -226,6 +226,9 @@ fn key_and_ext(name: &str) -> Option<(String, String)> {
     ))
 }
 
+/// One member as grouping sees it: (key, extension, bytes, `path (member NAME)` for messages).
+type Keyed = (String, String, Vec<u8>, String);
+
 /// One sample: its key and (extension, bytes) members in tar order.
 struct Sample {
     key: String,
@@ -238,7 +241,7 @@ struct Grouper {
     files: Vec<InputFile>,
     next_file: usize,
     tar: Option<TarReader>,
-    held: Option<(String, String, Vec<u8>, String)>,
+    held: Option<Keyed>,
     done_bytes: u64,
 }
 
@@ -258,7 +261,7 @@ impl Grouper {
     }
 
     /// The next member as (key, ext, data, member name), across files.
-    fn next_member(&mut self) -> Result<Option<(String, String, Vec<u8>, String)>> {
+    fn next_member(&mut self) -> Result<Option<Keyed>> {
         loop {
             if self.tar.is_none() {
                 let Some(f) = self.files.get(self.next_file) else {

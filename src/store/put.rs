@@ -133,7 +133,7 @@ impl DestStore {
     pub fn list_names(&self) -> Result<Vec<String>, StoreError> {
         let prefix = (!self.root.as_ref().is_empty()).then_some(&self.root);
         let listing = self.retry("", || self.inner.list_with_delimiter(prefix))?;
-        let last = |p: &Path| p.parts().last().map(|s| s.as_ref().to_string());
+        let last = |p: &Path| p.parts().next_back().map(|s| s.as_ref().to_string());
         let mut names: Vec<String> = listing
             .objects
             .iter()

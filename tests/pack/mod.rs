@@ -326,7 +326,8 @@ fn given_columns_choose_fields_and_encodings() {
     assert_eq!(cols, ["id:str_int", "meta:json", "score:float32"]);
     let first = &samples(&dest)[0];
     assert_eq!(first[0], b"-7");
-    assert_eq!(first[2], (2.2250738585072011e-308f64 as f32).to_le_bytes());
+    let score: f64 = "2.2250738585072011e-308".parse().unwrap();
+    assert_eq!(first[2], (score as f32).to_le_bytes());
 }
 
 #[test]
