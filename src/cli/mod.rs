@@ -74,7 +74,8 @@ enum Command {
     Order(order::OrderArgs),
     /// Mount a dataset as a read-only tree of per-rank sample files.
     Mount(mount::MountArgs),
-    /// Unmount a shardfs mount, wait for its daemon to exit and report how it ended.
+    /// Unmount a shardfs mount (type fuse.shardfs; any other filesystem is refused), wait for
+    /// its daemon to exit and report how it ended.
     Unmount(mount::UnmountArgs),
     /// Run the Kubernetes CSI node plugin (gRPC on a unix socket).
     Csi(csi::CsiArgs),
