@@ -36,7 +36,8 @@ fn status_once_and_json_describe_a_mount_being_read() {
     let want = format!("{}/{epoch_len} (", half.len());
     assert!(text.contains("rank 0 epoch 0"), "{text}");
     assert!(text.contains(&want), "no {want:?} in {text}");
-    assert!(text.contains("of 50.0 MB ("), "{text}");
+    // 50,000,000 bytes, shown in the binary units size options take.
+    assert!(text.contains("of 47.7 MiB ("), "{text}");
     assert!(text.contains("errors  0"), "{text}");
 
     let out = Command::new(bin())
