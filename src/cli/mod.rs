@@ -16,6 +16,7 @@ mod mount_options;
 mod mount_setup;
 mod order;
 pub mod ordering;
+mod pack;
 mod progress;
 pub mod reference;
 mod status;
@@ -81,6 +82,9 @@ enum Command {
     Csi(csi::CsiArgs),
     /// Show a live view of a mount: per-rank progress, cache, fetches, stalls, errors.
     Status(status::StatusArgs),
+    /// Turn an ImageFolder tree, JSON Lines or WebDataset tars into an MDS dataset (as
+    /// MDSWriter writes it); --part K/N and --merge spread the work over many machines.
+    Pack(pack::PackArgs),
     /// Write the man pages into DIR (for packagers).
     #[command(hide = true)]
     GenerateMan(generate::GenerateArgs),
@@ -148,6 +152,7 @@ pub fn main() -> ExitCode {
         Command::Unmount(a) => mount::run_unmount(a),
         Command::Csi(a) => csi::run(a),
         Command::Status(a) => status::run(a),
+        Command::Pack(a) => pack::run(a),
         Command::GenerateMan(a) => generate::man(a),
         Command::GenerateCompletions(a) => generate::completions(a),
         Command::GenerateConfigReference => reference::run(),
