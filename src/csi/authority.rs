@@ -63,8 +63,9 @@ impl Rewriter {
         self.pending.extend_from_slice(input);
         let mut at = 0;
         while let Some(header) = self.pending.get(at..at + 9) {
-            let len =
-                usize::from(header[0]) << 16 | usize::from(header[1]) << 8 | usize::from(header[2]);
+            let len = (usize::from(header[0]) << 16)
+                | (usize::from(header[1]) << 8)
+                | usize::from(header[2]);
             let Some(payload) = self.pending.get(at + 9..at + 9 + len) else {
                 break;
             };
