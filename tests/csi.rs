@@ -797,3 +797,39 @@ async fn csi_s3_volume_with_a_secret_reads_through_moto() {
     // The secret's values never appear in the plugin's log.
     assert!(!p.log().contains("AWS_SECRET_ACCESS_KEY=test"));
 }
+
+/// Issue 38: a Python gRPC client with default options is served. On a unix socket grpc-core
+/// derives `:authority` from the socket path (`tmp%2F…%2Fcsi.sock`), which the HTTP/2 layer
+/// rejects as an authority; Go's clients (kubelet's) send `localhost`. Several calls on one
+/// channel also reuse the HPACK dynamic table entry the first one added.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csi_answers_a_python_grpc_client_with_default_options() {
+    let p = Plugin::start();
+    // The plugin answers (a Rust client waits for the socket).
+    drop(p.channel().await);
+    let py = crate::common::python_with_numpy();
+    let script = r#"
+import sys, grpc
+channel = grpc.insecure_channel("unix://" + sys.argv[1])
+raw = lambda b: b
+info = channel.unary_unary("/csi.v1.Identity/GetPluginInfo", request_serializer=raw,
+                           response_deserializer=raw)
+probe = channel.unary_unary("/csi.v1.Identity/Probe", request_serializer=raw,
+                            response_deserializer=raw)
+for _ in range(3):
+    assert b"csi.shardfs.dev" in info(b"", timeout=10)
+    probe(b"", timeout=10)
+print("ok")
+"#;
+    let out = Command::new(py)
+        .arg("-c")
+        .arg(script)
+        .arg(p.socket())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok",
+        "the Python client failed (grpcio is in the venv tests/run.sh prepares): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -8,6 +8,7 @@
 //! and outlive the plugin; [`state`] records let a restarted plugin re-adopt and unpublish them.
 
 pub mod attributes;
+mod authority;
 pub mod host_cgroup;
 pub mod identity;
 pub mod mounter;
@@ -156,7 +157,12 @@ pub async fn serve(config: CsiConfig) -> Result<(), CsiError> {
         .add_service(proto::identity_server::IdentityServer::new(identity))
         .add_service(proto::node_server::NodeServer::new(node))
         .serve_with_incoming_shutdown(
-            tokio_stream::wrappers::UnixListenerStream::new(listener),
+            {
+                use tokio_stream::StreamExt;
+                // Any client's `:authority` is accepted (authority.rs says why).
+                tokio_stream::wrappers::UnixListenerStream::new(listener)
+                    .map(|c| c.map(authority::AuthorityFix::new))
+            },
             shutdown(),
         )
         .await?;

@@ -26,7 +26,7 @@ fn mount_entry(mnt: &Path) -> Option<(String, String)> {
             let t = after.next().unwrap_or("").to_string();
             (t, after.next().unwrap_or("").to_string())
         })
-        .last()
+        .next_back()
 }
 
 /// Removes a tmpfs mounted by a test, even when the test fails.
