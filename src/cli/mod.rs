@@ -75,7 +75,8 @@ enum Command {
     Order(order::OrderArgs),
     /// Mount a dataset as a read-only tree of per-rank sample files.
     Mount(mount::MountArgs),
-    /// Unmount a shardfs mount, wait for its daemon to exit and report how it ended.
+    /// Unmount a shardfs mount (type fuse.shardfs; any other filesystem is refused), wait for
+    /// its daemon to exit and report how it ended.
     Unmount(mount::UnmountArgs),
     /// Run the Kubernetes CSI node plugin (gRPC on a unix socket).
     Csi(csi::CsiArgs),
@@ -97,7 +98,29 @@ enum Command {
 
 /// Entry point of the `shardfs` binary: parse, run, and map errors to one line and exit code 1.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse_from(mount_options::expand(std::env::args_os().collect()));
+    let known = std::cell::OnceCell::new();
+    let is_flag = |key: &str| {
+        known
+            .get_or_init(|| {
+                let mut names = mount_flag_names();
+                let cmd = <Cli as clap::CommandFactory>::command();
+                names.extend(
+                    cmd.get_arguments()
+                        .filter_map(|a| a.get_long().map(str::to_string)),
+                );
+                names
+            })
+            .iter()
+            .any(|n| n == key)
+    };
+    let args = match mount_options::expand(std::env::args_os().collect(), is_flag) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("shardfs: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(args);
     let one_shot = matches!(
         cli.command,
         Command::Inspect(_) | Command::Cat(_) | Command::Order(_)
