@@ -4,6 +4,7 @@
 //! Modules depend on each other in one direction only:
 //! `mds`, `order` (pure) ← `store` ← `cache` ← `readahead` ← `vfs` ← `fuse` ← `cli`;
 //! `status` (the typed status tree) sits between `cache` and `readahead`.
+//! `pack` (writing datasets) uses `mds` and `store` only, and `cli` uses it.
 #![warn(missing_docs)]
 
 pub mod cache;
@@ -13,6 +14,7 @@ pub mod fuse;
 pub mod latency;
 pub mod mds;
 pub mod order;
+pub mod pack;
 pub mod readahead;
 pub mod status;
 pub mod store;

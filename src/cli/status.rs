@@ -41,20 +41,19 @@ fn read_status(mountpoint: &Path) -> Result<MountStatus> {
         .with_context(|| format!("{} is not a shardfs status file", path.display()))
 }
 
-/// `1.2 GB`-style sizes (decimal units, like the rest of the CLI's output).
+/// `1.5 MiB`-style sizes, in the binary units that size options take (`--cache-limit 200GiB`
+/// shows as `200 GiB`); one decimal where the size is not a whole number of its unit.
 pub fn human_bytes(n: f64) -> String {
-    const UNITS: [&str; 6] = ["B", "kB", "MB", "GB", "TB", "PB"];
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = n.max(0.0);
     let mut u = 0;
-    while v >= 1000.0 && u + 1 < UNITS.len() {
-        v /= 1000.0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
         u += 1;
     }
-    if u == 0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
+    let text = format!("{v:.1}");
+    let text = text.strip_suffix(".0").unwrap_or(&text);
+    format!("{text} {}", UNITS[u])
 }
 
 /// One rank's line: (label, position+1, epoch length, samples/s).
@@ -267,10 +266,10 @@ mod tests {
             ..RankStatus::default()
         };
         let stats = CacheStats {
-            usage_bytes: 500_000_000,
-            limit_bytes: 1_000_000_000,
+            usage_bytes: 512 << 20,
+            limit_bytes: 1 << 30,
             resident_shards: 8,
-            bytes_fetched: 2_000_000_000,
+            bytes_fetched: 2 << 30,
             shards_fetched: 30,
             ..CacheStats::default()
         };
@@ -303,8 +302,8 @@ mod tests {
             "/mnt/ds  pid 7",
             "rank 5 epoch 1",
             "50/100 (50.0 %)  12 samples/s",
-            "cache   500.0 MB of 1.0 GB (50 %), 8 shards on disk",
-            "fetch   200.0 MB/s, 2.0 GB in all (30 shards), 1 in flight, 3 queued",
+            "cache   512 MiB of 1 GiB (50 %), 8 shards on disk",
+            "fetch   204.8 MiB/s, 2 GiB in all (30 shards), 1 in flight, 3 queued",
             "stalls  2 reads waited 0.5 s",
             "errors  1",
             "shard.00001.mds: hash mismatch",
@@ -312,6 +311,9 @@ mod tests {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
         assert_eq!(human_bytes(999.0), "999 B");
-        assert_eq!(human_bytes(1_500_000.0), "1.5 MB");
+        assert_eq!(human_bytes(1.5 * 1024.0 * 1024.0), "1.5 MiB");
+        // What was typed comes back: 200GiB is not shown as 214.7 GB.
+        assert_eq!(human_bytes(200.0 * 1024f64.powi(3)), "200 GiB");
+        assert_eq!(human_bytes(1023.0), "1023 B");
     }
 }

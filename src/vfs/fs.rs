@@ -62,6 +62,8 @@ pub struct VfsConfig {
     pub global_ranks: Vec<u64>,
     /// How many `epoch-E` folders a listing of `rank-R/` shows.
     pub epochs_listed: u64,
+    /// The first epoch listed: the resumed one when resuming, else 0.
+    pub first_epoch_listed: u64,
 }
 
 /// The read-only filesystem as a plain Rust value (no FUSE types).
@@ -437,8 +439,11 @@ impl Vfs {
             ),
             Node::RankDir(r) => {
                 self.global_rank(r)?;
-                let n = self.config.epochs_listed.min(MAX_EPOCHS);
-                let entries = (0..n)
+                let first = self.config.first_epoch_listed.min(MAX_EPOCHS);
+                let last = first
+                    .saturating_add(self.config.epochs_listed)
+                    .min(MAX_EPOCHS);
+                let entries = (first..last)
                     .map(|e| (Node::EpochDir(r, Epoch(e)), format!("epoch-{e}")))
                     .collect();
                 fixed(entries, &mut add)
@@ -652,6 +657,16 @@ impl Vfs {
             }
         }
         status
+    }
+
+    /// The settings of the tree.
+    pub fn config(&self) -> &VfsConfig {
+        &self.config
+    }
+
+    /// Samples in the dataset (all streams), as `samples/` lists them.
+    pub fn num_samples(&self) -> u64 {
+        self.source.num_samples()
     }
 
     /// The live counters of the mount (what `status.json` holds and `/metrics` exports).

@@ -169,6 +169,7 @@ fn vfs_over(src: Arc<Memory>, global: Vec<u64>, world: u64) -> Vfs {
         VfsConfig {
             global_ranks: global,
             epochs_listed: 2,
+            first_epoch_listed: 0,
         },
     )
 }
