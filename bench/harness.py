@@ -176,7 +176,7 @@ def wait_for(cond, timeout, what):
 # ---------------------------------------------------------------- the S3 server
 
 class Server:
-    """The bench S3 server (bench/s3_server) over `root`, with the given link emulation."""
+    """The bench S3 server (bench-s3-server: testkit/src/s3) over `root`, with the given link emulation."""
 
     def __init__(self, procs, binary, root, latency_ms, bandwidth_mbps, logdir, name,
                  etags="multipart"):

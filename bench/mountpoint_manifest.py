@@ -40,7 +40,7 @@ def _fields(key, etag, size):
 
 
 def bench_etag(st):
-    """The ETag the bench S3 server sends by default, `SIZE.MTIME_NS` in hex (s3_server/bucket.rs),
+    """The ETag the bench S3 server sends by default, `SIZE.MTIME_NS` in hex (testkit/src/s3/bucket.rs),
     quoted as in the header: Mountpoint sends it back as `If-Match` exactly as the manifest has it."""
     return f'"{st.st_size:x}.{st.st_mtime_ns:x}"'
 

@@ -9,14 +9,10 @@
 //!
 //! Knobs: SHARDFS_BENCH_SHARDS (default 8), SHARDFS_BENCH_SECS per read configuration (2).
 
-#[path = "../tests/common/mod.rs"]
-#[allow(unused_imports)]
-mod common;
-
-use common::s3s_server::{FakeS3, ACCESS_KEY, SECRET_KEY};
 use shardfs::cache::{CacheOptions, Dataset, IoMode, ShardCache};
 use shardfs::mds::writer::{Writer, WriterConfig};
 use shardfs::mds::Encoding;
+use shardfs_testkit::s3::{FakeS3, ACCESS_KEY, SECRET_KEY};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -24,6 +20,21 @@ use std::time::{Duration, Instant};
 const MIB: f64 = 1024.0 * 1024.0;
 const EMPTY_SHA256: &str =
     "x-amz-content-sha256: e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+/// Store options that reach `server` with its credentials, patient enough for 64 MiB shards.
+fn options(server: &FakeS3) -> shardfs::store::StoreOptions {
+    shardfs::store::StoreOptions {
+        endpoint_url: Some(server.endpoint.clone()),
+        region: Some("us-east-1".into()),
+        credentials: Some(shardfs::store::StaticCredentials {
+            access_key_id: ACCESS_KEY.into(),
+            secret_access_key: SECRET_KEY.into(),
+            session_token: None,
+        }),
+        request_timeout: Duration::from_secs(300),
+        ..Default::default()
+    }
+}
 
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name)
@@ -94,8 +105,7 @@ fn curl(server: &FakeS3, keys: &[String], parallel: bool) -> Duration {
 
 /// Whole-object GETs through `store` only (no verification, no disk).
 fn store_only(server: &FakeS3, keys: &[String], parallel: bool) -> Duration {
-    let mut opts = server.options();
-    opts.request_timeout = Duration::from_secs(300);
+    let opts = options(server);
     let store =
         shardfs::store::BlockingStore::new(shardfs::store::open("s3://bkt", &opts).unwrap(), 2)
             .unwrap();
@@ -125,8 +135,7 @@ fn store_only(server: &FakeS3, keys: &[String], parallel: bool) -> Duration {
 
 /// Download + size/xxh64 check + header check of every shard, without the disk.
 fn verify_only(server: &FakeS3, shards: usize, parallel: bool) -> Duration {
-    let mut opts = server.options();
-    opts.request_timeout = Duration::from_secs(300);
+    let opts = options(server);
     let dataset = Arc::new(Dataset::load("s3://bkt", &opts).unwrap());
     let start = Instant::now();
     if parallel {
@@ -148,8 +157,7 @@ fn verify_only(server: &FakeS3, shards: usize, parallel: bool) -> Duration {
 }
 
 fn open_cache(server: &FakeS3, dir: &std::path::Path, io: IoMode) -> Arc<ShardCache> {
-    let mut opts = server.options();
-    opts.request_timeout = Duration::from_secs(300);
+    let opts = options(server);
     let dataset = Arc::new(Dataset::load("s3://bkt", &opts).unwrap());
     ShardCache::open(
         dataset,

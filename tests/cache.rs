@@ -3,6 +3,7 @@
 //! verification and the two I/O back ends.
 
 use crate::common::moto::{moto, s3_options};
+use crate::common::stores::Rewrite;
 use crate::common::{fixtures, mds_datasets, strip_hashes};
 use base64::Engine;
 use shardfs::cache::{
@@ -1026,7 +1027,7 @@ mod crash {
     //! test with `SHARDFS_CRASH_*` set: it then fills a cache from the parent's in-process S3
     //! server instead of playing the parent.
     use super::*;
-    use crate::common::s3s_server::{FakeS3, ServerFault, ACCESS_KEY, SECRET_KEY};
+    use shardfs_testkit::s3::{FakeS3, ServerFault, ACCESS_KEY, SECRET_KEY};
     use std::io::{BufRead, BufReader};
     use std::process::{Command, Stdio};
 
@@ -1290,64 +1291,6 @@ fn etags_stand_for_an_md5_only_when_they_look_like_one() {
     assert!(store::etag_md5("CJ2k8f2Q8oMDEAE=").is_none());
 }
 
-/// A store over another whose whole-object answers are rewritten: `index` rewrites the
-/// bytes of `index.json`, `fetched` what `get_fetched` returns (store checksums included).
-struct Rewritten {
-    inner: Arc<dyn store::Store>,
-    index: fn(bytes::Bytes) -> bytes::Bytes,
-    fetched: fn(store::Fetched) -> store::Fetched,
-}
-
-impl std::fmt::Debug for Rewritten {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Rewritten({:?})", self.inner)
-    }
-}
-
-impl store::Store for Rewritten {
-    fn url_of(&self, key: &store::ObjectKey) -> String {
-        self.inner.url_of(key)
-    }
-    fn head<'a>(&'a self, key: &'a store::ObjectKey) -> store::StoreFuture<'a, store::ObjectInfo> {
-        self.inner.head(key)
-    }
-    fn get_range<'a>(
-        &'a self,
-        key: &'a store::ObjectKey,
-        range: std::ops::Range<u64>,
-    ) -> store::StoreFuture<'a, bytes::Bytes> {
-        self.inner.get_range(key, range)
-    }
-    fn get<'a>(&'a self, key: &'a store::ObjectKey) -> store::StoreFuture<'a, bytes::Bytes> {
-        Box::pin(async move {
-            let b = self.inner.get(key).await?;
-            Ok(if key.as_str() == "index.json" {
-                (self.index)(b)
-            } else {
-                b
-            })
-        })
-    }
-    fn get_fetched<'a>(
-        &'a self,
-        key: &'a store::ObjectKey,
-    ) -> store::StoreFuture<'a, store::Fetched> {
-        Box::pin(async move { Ok((self.fetched)(self.inner.get_fetched(key).await?)) })
-    }
-    fn checksums<'a>(
-        &'a self,
-        key: &'a store::ObjectKey,
-    ) -> store::StoreFuture<'a, store::StoreChecksums> {
-        self.inner.checksums(key)
-    }
-    fn list<'a>(
-        &'a self,
-        prefix: Option<&'a store::ObjectKey>,
-    ) -> store::StoreFuture<'a, Vec<store::ObjectInfo>> {
-        self.inner.list(prefix)
-    }
-}
-
 #[test]
 fn etags_that_are_not_md5s_cost_a_second_download_not_an_error() {
     let tmp = tempfile::tempdir().unwrap();
@@ -1356,14 +1299,12 @@ fn etags_that_are_not_md5s_cost_a_second_download_not_an_error() {
     let backend = store::ObjectStoreBackend::open(&source, &quick_store()).unwrap();
     let counting = Arc::new(CountingStore::new(Arc::new(backend)));
     // ETags that look like MD5s but are not (as with SSE-KMS or SSE-C objects).
-    let kms = Arc::new(Rewritten {
-        inner: counting.clone(),
-        index: |b| b,
-        fetched: |mut f| {
+    let kms = Arc::new(Rewrite::new(counting.clone(), |key, range, mut f| {
+        if range.is_none() && key.as_str() != "index.json" {
             f.md5 = Some([0xab; 16]);
-            f
-        },
-    });
+        }
+        f
+    }));
     let bs = BlockingStore::new(kms, 2).unwrap();
     let dataset = Arc::new(Dataset::from_store(bs, source.canonical()).unwrap());
     let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
@@ -1514,47 +1455,18 @@ fn multipart_etags_check_the_bytes_for_the_usual_part_sizes() {
     assert_eq!(shardfs::cache::multipart_part_size(&data, &at8, 2, 0), None);
 }
 
-/// A store that reports each object's S3 multipart ETag (one part), as `aws s3 cp` gives
-/// small objects uploaded with a forced multipart.
-#[derive(Debug)]
-struct MultipartEtags(Arc<dyn store::Store>);
-
-impl store::Store for MultipartEtags {
-    fn url_of(&self, key: &store::ObjectKey) -> String {
-        self.0.url_of(key)
-    }
-    fn head<'a>(&'a self, key: &'a store::ObjectKey) -> store::StoreFuture<'a, store::ObjectInfo> {
-        self.0.head(key)
-    }
-    fn get_range<'a>(
-        &'a self,
-        key: &'a store::ObjectKey,
-        range: std::ops::Range<u64>,
-    ) -> store::StoreFuture<'a, bytes::Bytes> {
-        self.0.get_range(key, range)
-    }
-    fn get<'a>(&'a self, key: &'a store::ObjectKey) -> store::StoreFuture<'a, bytes::Bytes> {
-        self.0.get(key)
-    }
-    fn get_fetched<'a>(
-        &'a self,
-        key: &'a store::ObjectKey,
-    ) -> store::StoreFuture<'a, store::Fetched> {
+/// A store that reports each whole object's S3 multipart ETag (one part), as `aws s3 cp`
+/// gives small objects uploaded with a forced multipart.
+fn multipart_etags(inner: Arc<dyn store::Store>) -> Rewrite {
+    Rewrite::new(inner, |_, range, mut f| {
         use md5::Digest;
-        Box::pin(async move {
-            let mut f = self.0.get_fetched(key).await?;
+        if range.is_none() {
             let inner = md5::Md5::digest(&f.bytes);
             f.md5 = None;
             f.multipart_md5 = Some((md5::Md5::digest(inner).into(), 1));
-            Ok(f)
-        })
-    }
-    fn list<'a>(
-        &'a self,
-        prefix: Option<&'a store::ObjectKey>,
-    ) -> store::StoreFuture<'a, Vec<store::ObjectInfo>> {
-        self.0.list(prefix)
-    }
+        }
+        f
+    })
 }
 
 #[test]
@@ -1564,7 +1476,7 @@ fn a_corrupted_download_is_caught_by_a_multipart_etag() {
     let source = store::Source::parse(ds.to_str().unwrap()).unwrap();
     let backend = store::ObjectStoreBackend::open(&source, &quick_store()).unwrap();
     let counting = Arc::new(CountingStore::new(Arc::new(backend)));
-    let etags = Arc::new(MultipartEtags(counting.clone()));
+    let etags = Arc::new(multipart_etags(counting.clone()));
     let faulty = Arc::new(FaultyStore::new(etags));
     let bs = BlockingStore::new(faulty.clone(), 2).unwrap();
     let dataset = Arc::new(Dataset::from_store(bs, source.canonical()).unwrap());
@@ -1605,11 +1517,12 @@ fn a_damaged_download_of_a_hashless_dataset_is_caught(
     let source = store::Source::parse(source).unwrap();
     let backend = store::ObjectStoreBackend::open(&source, store_opts).unwrap();
     // The store holds the fixture as it is: its index.json is served without hashes.
-    let hashless = Arc::new(Rewritten {
-        inner: Arc::new(backend),
-        index: without_hashes,
-        fetched: |f| f,
-    });
+    let hashless = Arc::new(Rewrite::new(Arc::new(backend), |key, range, mut f| {
+        if range.is_none() && key.as_str() == "index.json" {
+            f.bytes = without_hashes(f.bytes);
+        }
+        f
+    }));
     let counting = Arc::new(CountingStore::new(hashless));
     let faulty = Arc::new(FaultyStore::new(counting.clone()));
     let resilient = Arc::new(ResilientStore::new(faulty.clone(), store_opts));
@@ -1637,7 +1550,8 @@ fn a_damaged_download_of_a_hashless_dataset_is_caught(
 
 #[test]
 fn a_corrupted_s3_download_with_a_foreign_etag_is_caught_by_the_checksum_s3_keeps() {
-    use crate::common::s3s_server::{EtagMode, FakeS3};
+    use crate::common::FakeS3Options;
+    use shardfs_testkit::s3::{EtagMode, FakeS3};
     // ETags that look like MD5s but are not (SSE-KMS, SSE-C): only the CRC64NVME S3 keeps,
     // asked for with a signed checksum-mode HEAD, tells damage from a foreign ETag. Without
     // it, a corruption repeated on every download would pass as "two downloads agree".
@@ -1657,7 +1571,8 @@ fn a_corrupted_s3_download_with_a_foreign_etag_is_caught_by_the_checksum_s3_keep
 
 #[test]
 fn with_the_checksum_s3_keeps_a_foreign_etag_costs_one_download_not_two() {
-    use crate::common::s3s_server::{EtagMode, FakeS3};
+    use crate::common::FakeS3Options;
+    use shardfs_testkit::s3::{EtagMode, FakeS3};
     for answered in [true, false] {
         let server = FakeS3::start_with(EtagMode::Encrypted);
         server.answer_checksum_mode(answered);
@@ -1685,7 +1600,8 @@ fn with_the_checksum_s3_keeps_a_foreign_etag_costs_one_download_not_two() {
 
 #[test]
 fn a_download_in_parts_with_a_foreign_etag_is_repaired_by_the_checksum_s3_keeps() {
-    use crate::common::s3s_server::{EtagMode, FakeS3};
+    use crate::common::FakeS3Options;
+    use shardfs_testkit::s3::{EtagMode, FakeS3};
     let server = FakeS3::start_with(EtagMode::Encrypted);
     server.answer_checksum_mode(true);
     let tmp = tempfile::tempdir().unwrap();
@@ -1837,54 +1753,29 @@ fn large_shards_come_as_parallel_ranged_parts_each_retried_alone() {
     }
 }
 
-/// Flips a byte of part `k` (of `part` bytes) on the `k`-th request for it: every download of
-/// a whole object brings one damaged part (part 1 in the first, part 2 in the second, ...),
-/// yet every part comes clean when asked for again.
-#[derive(Debug)]
-struct DamagesPartsInTurn {
-    inner: Arc<dyn store::Store>,
-    part: u64,
-    asked: std::sync::Mutex<std::collections::HashMap<(String, u64), u64>>,
-}
-
-impl store::Store for DamagesPartsInTurn {
-    fn url_of(&self, key: &store::ObjectKey) -> String {
-        self.inner.url_of(key)
-    }
-    fn head<'a>(&'a self, key: &'a store::ObjectKey) -> store::StoreFuture<'a, store::ObjectInfo> {
-        self.inner.head(key)
-    }
-    fn get_range<'a>(
-        &'a self,
-        key: &'a store::ObjectKey,
-        range: std::ops::Range<u64>,
-    ) -> store::StoreFuture<'a, bytes::Bytes> {
-        Box::pin(async move {
-            let asked = {
-                let mut m = self.asked.lock().unwrap();
-                let n = m.entry((key.to_string(), range.start)).or_default();
-                *n += 1;
-                *n
-            };
-            let bytes = self.inner.get_range(key, range.clone()).await?;
-            if key.as_str().ends_with(".mds") && asked == range.start / self.part {
-                let mut v = bytes.to_vec();
-                let mid = v.len() / 2;
-                v[mid] ^= 0x20;
-                return Ok(v.into());
-            }
-            Ok(bytes)
-        })
-    }
-    fn get<'a>(&'a self, key: &'a store::ObjectKey) -> store::StoreFuture<'a, bytes::Bytes> {
-        self.inner.get(key)
-    }
-    fn list<'a>(
-        &'a self,
-        prefix: Option<&'a store::ObjectKey>,
-    ) -> store::StoreFuture<'a, Vec<store::ObjectInfo>> {
-        self.inner.list(prefix)
-    }
+/// Flips a byte of part `k` (of `part` bytes) of each shard on the `k`-th request for it:
+/// every download of a whole object brings one damaged part (part 1 in the first, part 2 in
+/// the second, ...), yet every part comes clean when asked for again.
+fn damages_parts_in_turn(inner: Arc<dyn store::Store>, part: u64) -> Rewrite {
+    let asked = std::sync::Mutex::new(std::collections::HashMap::<(String, u64), u64>::new());
+    Rewrite::new(inner, move |key, range, mut f| {
+        let Some(range) = range.filter(|_| key.as_str().ends_with(".mds")) else {
+            return f;
+        };
+        let n = {
+            let mut m = asked.lock().unwrap();
+            let n = m.entry((key.to_string(), range.start)).or_default();
+            *n += 1;
+            *n
+        };
+        if n == range.start / part {
+            let mut v = f.bytes.to_vec();
+            let mid = v.len() / 2;
+            v[mid] ^= 0x20;
+            f.bytes = v.into();
+        }
+        f
+    })
 }
 
 #[test]
@@ -1898,11 +1789,7 @@ fn a_shard_whose_every_download_has_a_damaged_part_is_put_together_from_clean_pa
     assert!(parts > 3, "the fixture shard must span four parts or more");
     let source = store::Source::parse(ds.to_str().unwrap()).unwrap();
     let backend = store::ObjectStoreBackend::open(&source, &quick_store()).unwrap();
-    let damaging = Arc::new(DamagesPartsInTurn {
-        inner: Arc::new(backend),
-        part,
-        asked: Default::default(),
-    });
+    let damaging = Arc::new(damages_parts_in_turn(Arc::new(backend), part));
     let counting = Arc::new(CountingStore::new(damaging));
     let bs = BlockingStore::new(counting.clone(), 2).unwrap();
     let dataset = Dataset::from_store(bs, source.canonical())

@@ -466,7 +466,8 @@ fn concurrency_is_bounded() {
 
 mod sigv4_server {
     use super::*;
-    use crate::common::s3s_server::{FakeS3, ServerFault};
+    use crate::common::FakeS3Options;
+    use shardfs_testkit::s3::{FakeS3, ServerFault};
 
     fn dataset_on(server: &FakeS3) -> std::path::PathBuf {
         let ds = fixtures().join("mds/merged");
@@ -594,9 +595,9 @@ mod sigv4_server {
 mod cli {
     //! `shardfs inspect` and `shardfs cat` on remote sources (the binary, as a user runs it).
     use super::*;
-    use crate::common::s3s_server::{FakeS3, ACCESS_KEY, SECRET_KEY};
     use crate::common::shardfs_bin;
     use base64::Engine;
+    use shardfs_testkit::s3::{FakeS3, ACCESS_KEY, SECRET_KEY};
     use std::process::{Command, Output};
 
     fn shardfs(args: &[&str], key: &str, secret: &str) -> Output {

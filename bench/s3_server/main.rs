@@ -9,12 +9,6 @@
 //!
 //! Prints `listening on http://127.0.0.1:PORT` on stdout once it accepts connections.
 
-// Shared with the tests (tests/common/s3s_server.rs), which use the parts this binary does
-// not (objects in memory, fault rules, per-key counts).
-#[allow(dead_code)]
-#[path = "mod.rs"]
-mod server;
-
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -23,10 +17,12 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::Parser;
 
-use server::bucket::{self, Buckets};
-use server::faults;
-use server::serve::Link;
-use server::stats::Stats;
+// The server itself lives in the dev-only test kit, shared with the tests (which run it in
+// process with objects in memory, fault rules and per-key counts).
+use shardfs_testkit::s3::bucket::{self, Buckets};
+use shardfs_testkit::s3::faults;
+use shardfs_testkit::s3::serve::Link;
+use shardfs_testkit::s3::stats::Stats;
 
 /// Serve DIR (each subfolder a bucket) over S3 with an emulated remote link.
 #[derive(Debug, Parser)]
@@ -112,6 +108,7 @@ async fn serve(args: Args) -> Result<()> {
         bytes_per_sec: (args.bandwidth_mbps > 0.0).then(|| args.bandwidth_mbps * 1e6 / 8.0),
         log_requests: args.log_requests,
     };
-    server::serve::serve(listener, store, &args.access_key, &args.secret_key, link).await;
+    shardfs_testkit::s3::serve::serve(listener, store, &args.access_key, &args.secret_key, link)
+        .await;
     Ok(())
 }

@@ -604,7 +604,7 @@ impl Dataset {
         // Checksums from the store's headers (GCS, Azure, full-object S3 CRC32C) are
         // always of the object: a mismatch is damage, never a different scheme.
         if !sums.store.is_empty() {
-            return sums.store.check(bytes);
+            return sums.store.check(bytes).map_err(|e| e.to_string());
         }
         if let Some(want) = sums.md5 {
             let got: [u8; 16] = sums
@@ -756,7 +756,7 @@ impl<'a> AskedChecksums<'a> {
             None if self.worth_asking() => self.get(),
             None => return None,
         };
-        (!sums.is_empty()).then(|| sums.check(bytes))
+        (!sums.is_empty()).then(|| sums.check(bytes).map_err(|e| e.to_string()))
     }
 
     /// [`Self::check`] for a download whose MD5 differs from its ETag: only while this

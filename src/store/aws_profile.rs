@@ -8,6 +8,15 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 
+/// A profile file that exists but cannot be read (named by its path, never its content).
+#[derive(Debug, thiserror::Error)]
+#[error("cannot read {}: {}", path.display(), source.kind())]
+pub(crate) struct ProfileError {
+    path: PathBuf,
+    #[source]
+    source: std::io::Error,
+}
+
 /// Static settings found for one profile.
 #[derive(Default, Clone)]
 pub(crate) struct ProfileSettings {
@@ -30,7 +39,7 @@ impl std::fmt::Debug for ProfileSettings {
 /// Reads the profile named by `AWS_PROFILE` (default `default`) from the files named by
 /// `AWS_SHARED_CREDENTIALS_FILE` / `AWS_CONFIG_FILE` (default under `$HOME/.aws`).
 /// Missing files are not an error; an unreadable one is reported by name (not its content).
-pub(crate) fn load_profile() -> Result<ProfileSettings, String> {
+pub(crate) fn load_profile() -> Result<ProfileSettings, ProfileError> {
     let profile = std::env::var("AWS_PROFILE").unwrap_or_else(|_| "default".to_string());
     let home = std::env::var_os("HOME").map(PathBuf::from);
     let file = |var: &str, name: &str| {
@@ -58,7 +67,7 @@ pub(crate) fn load_profile() -> Result<ProfileSettings, String> {
         let text = match std::fs::read_to_string(&path) {
             Ok(t) => t,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(format!("cannot read {}: {}", path.display(), e.kind())),
+            Err(source) => return Err(ProfileError { path, source }),
         };
         let values = parse_ini(&text).remove(&section).unwrap_or_default();
         let take = |k: &str| values.get(k).cloned();

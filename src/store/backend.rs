@@ -1,19 +1,20 @@
 //! `ObjectStoreBackend`: the one place that talks to `object_store`.
 //!
-//! It builds the right client for a [`Source`], resolves keys under the root, and maps
-//! `object_store` errors to [`StoreError`] variants by what the user should do about them.
+//! It builds the right client for a [`Source`] and resolves keys under the root; its errors
+//! are sorted into [`StoreError`] variants by [`super::classify`].
 //! Its own retries are disabled (`max_retries = 0`): [`super::ResilientStore`] retries.
 
 use super::aws_profile::load_profile;
+use super::classify::{body_error, map_error};
+use super::GetOptions;
 use super::{
-    ObjectInfo, ObjectKey, Source, SourceKind, Store, StoreError, StoreFuture, StoreOptions,
-    TransientKind,
+    ObjectInfo, ObjectKey, Source, SourceKind, Store, StoreError, StoreOptions, TransientKind,
 };
 use bytes::Bytes;
 use futures::TryStreamExt;
-use object_store::client::{HttpError, HttpErrorKind};
+use object_store::client::HttpErrorKind;
 use object_store::path::Path;
-use object_store::{ClientOptions, GetOptions, ObjectStore, ObjectStoreExt, RetryConfig};
+use object_store::{ClientOptions, ObjectStore, ObjectStoreExt, RetryConfig};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -114,7 +115,7 @@ impl ObjectStoreBackend {
                 let profile = if opts.no_sign_request {
                     Default::default()
                 } else {
-                    load_profile().map_err(cfg_err)?
+                    load_profile().map_err(|e| cfg_err(e.to_string()))?
                 };
                 let region = opts
                     .region
@@ -353,14 +354,6 @@ impl ObjectStoreBackend {
         }
     }
 
-    async fn get_checked(
-        &self,
-        key: &ObjectKey,
-        range: Option<Range<u64>>,
-    ) -> Result<Bytes, StoreError> {
-        self.get_with_etag(key, range).await.map(|(b, _, _)| b)
-    }
-
     /// Starts a GET of `key` (of `range`, when given) and checks the range lies inside the
     /// object; the body is left to the caller.
     async fn start_get(
@@ -370,7 +363,7 @@ impl ObjectStoreBackend {
         range: Option<Range<u64>>,
     ) -> Result<object_store::GetResult, StoreError> {
         let loc = self.location(key)?;
-        let opts = GetOptions::new().with_range(range.clone());
+        let opts = object_store::GetOptions::new().with_range(range.clone());
         let result = self
             .inner
             .get_opts(&loc, opts)
@@ -388,39 +381,62 @@ impl ObjectStoreBackend {
         Ok(result)
     }
 
-    async fn get_with_etag(
-        &self,
-        key: &ObjectKey,
-        range: Option<Range<u64>>,
-    ) -> Result<(Bytes, Option<String>, super::StoreChecksums), StoreError> {
-        let url = self.url_of(key);
-        let result = self.start_get(key, &url, range.clone()).await?;
-        let expected = range
-            .map(|r| r.end - r.start)
-            .unwrap_or(result.range.end - result.range.start);
-        let e_tag = result.meta.e_tag.clone();
-        let sums = result
-            .extensions
-            .get::<super::StoreChecksums>()
-            .copied()
-            .unwrap_or_default();
+    /// The body of `result` into `dest` as it arrives: exactly `dest.len()` bytes.
+    async fn body_into(
+        result: object_store::GetResult,
+        dest: &mut [u8],
+        url: &str,
+    ) -> Result<(), StoreError> {
+        let mut body = result.into_stream();
+        let mut at = 0usize;
+        while let Some(chunk) = body.try_next().await.transpose() {
+            let chunk = chunk.map_err(|e| body_error(e, url))?;
+            let end = at.saturating_add(chunk.len());
+            let Some(slot) = dest.get_mut(at..end) else {
+                return Err(StoreError::Other {
+                    url: url.to_string(),
+                    detail: format!(
+                        "the server sent more than the {} bytes asked for",
+                        dest.len()
+                    ),
+                });
+            };
+            slot.copy_from_slice(&chunk);
+            at = end;
+        }
+        if at != dest.len() {
+            return Err(StoreError::ShortBody {
+                url: url.to_string(),
+                expected: dest.len() as u64,
+                got: at as u64,
+            });
+        }
+        Ok(())
+    }
+
+    /// The body of `result` in a buffer of its own: exactly `expected` bytes.
+    async fn body(
+        result: object_store::GetResult,
+        expected: u64,
+        url: &str,
+    ) -> Result<Bytes, StoreError> {
         let bytes = match result.payload {
             // A local file is read at once into a buffer of its size.
             object_store::GetResultPayload::File(..) => {
-                result.bytes().await.map_err(|e| body_error(e, &url))?
+                result.bytes().await.map_err(|e| body_error(e, url))?
             }
             object_store::GetResultPayload::Stream(_) => {
-                collect_exact(result.into_stream(), expected, &url).await?
+                collect_exact(result.into_stream(), expected, url).await?
             }
         };
         if bytes.len() as u64 != expected {
             return Err(StoreError::ShortBody {
-                url,
+                url: url.to_string(),
                 expected,
                 got: bytes.len() as u64,
             });
         }
-        Ok((bytes, e_tag, sums))
+        Ok(bytes)
     }
 }
 
@@ -473,343 +489,96 @@ pub fn etag_multipart(e_tag: &str) -> Option<([u8; 16], u32)> {
     Some((etag_md5(hex_part)?, parts))
 }
 
+#[async_trait::async_trait]
 impl Store for ObjectStoreBackend {
     fn url_of(&self, key: &ObjectKey) -> String {
         self.source.url_of(key)
     }
 
-    fn head<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo> {
-        Box::pin(async move {
-            let loc = self.location(key)?;
-            let meta = self
-                .inner
-                .head(&loc)
-                .await
-                .map_err(|e| map_error(e, &self.url_of(key)))?;
-            Ok(ObjectInfo {
-                key: key.clone(),
-                size: meta.size,
-                e_tag: meta.e_tag,
-            })
+    async fn head(&self, key: &ObjectKey) -> Result<ObjectInfo, StoreError> {
+        let loc = self.location(key)?;
+        let meta = self
+            .inner
+            .head(&loc)
+            .await
+            .map_err(|e| map_error(e, &self.url_of(key)))?;
+        Ok(ObjectInfo {
+            key: key.clone(),
+            size: meta.size,
+            e_tag: meta.e_tag,
         })
     }
 
-    fn checksums<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::StoreChecksums> {
-        Box::pin(async move {
-            match &self.checksum_mode {
-                Some(mode) => self.checksums_with_mode(mode, key).await,
-                None => Ok(super::StoreChecksums::default()),
+    async fn checksums(&self, key: &ObjectKey) -> Result<super::StoreChecksums, StoreError> {
+        match &self.checksum_mode {
+            Some(mode) => self.checksums_with_mode(mode, key).await,
+            None => Ok(super::StoreChecksums::default()),
+        }
+    }
+
+    async fn get_opts(
+        &self,
+        key: &ObjectKey,
+        opts: GetOptions<'_>,
+    ) -> Result<super::Fetched, StoreError> {
+        let url = self.url_of(key);
+        let super::GetOptions { range, into } = opts;
+        if range.as_ref().is_some_and(|r| r.start >= r.end) {
+            return Ok(super::Fetched::plain(Bytes::new()));
+        }
+        let result = self.start_get(key, &url, range.clone()).await?;
+        // A ranged answer carries the object's ETag; its checksum headers, if any, are
+        // the range's and are not used.
+        let (md5, multipart_md5) = self.etag_md5s(result.meta.e_tag.as_deref());
+        let store_sums = match range {
+            None => result
+                .extensions
+                .get::<super::StoreChecksums>()
+                .copied()
+                .unwrap_or_default(),
+            Some(_) => super::StoreChecksums::default(),
+        };
+        let bytes = match into {
+            Some(dest) => {
+                Self::body_into(result, dest, &url).await?;
+                Bytes::new()
             }
+            None => {
+                let expected = range
+                    .map(|r| r.end - r.start)
+                    .unwrap_or(result.range.end - result.range.start);
+                Self::body(result, expected, &url).await?
+            }
+        };
+        Ok(super::Fetched {
+            bytes,
+            md5,
+            multipart_md5,
+            store_sums,
         })
     }
 
-    fn get_range<'a>(&'a self, key: &'a ObjectKey, range: Range<u64>) -> StoreFuture<'a, Bytes> {
-        Box::pin(async move {
-            if range.start >= range.end {
-                return Ok(Bytes::new());
-            }
-            self.get_checked(key, Some(range)).await
-        })
-    }
-
-    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
-        Box::pin(self.get_checked(key, None))
-    }
-
-    fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::Fetched> {
-        Box::pin(async move {
-            let (bytes, e_tag, store_sums) = self.get_with_etag(key, None).await?;
-            let (md5, multipart_md5) = self.etag_md5s(e_tag.as_deref());
-            Ok(super::Fetched {
-                bytes,
-                md5,
-                multipart_md5,
-                store_sums,
-            })
-        })
-    }
-
-    fn get_part_into<'a>(
-        &'a self,
-        key: &'a ObjectKey,
-        range: Range<u64>,
-        dest: &'a mut [u8],
-    ) -> StoreFuture<'a, super::EtagMd5s> {
-        Box::pin(async move {
-            let url = self.url_of(key);
-            if range.start >= range.end {
-                return Ok((None, None));
-            }
-            let result = self.start_get(key, &url, Some(range.clone())).await?;
-            // A ranged answer carries the object's ETag; its checksum headers, if any, are
-            // the range's and are not used.
-            let tags = self.etag_md5s(result.meta.e_tag.as_deref());
-            let mut body = result.into_stream();
-            let mut at = 0usize;
-            while let Some(chunk) = body.try_next().await.transpose() {
-                let chunk = chunk.map_err(|e| body_error(e, &url))?;
-                let end = at.saturating_add(chunk.len());
-                let Some(slot) = dest.get_mut(at..end) else {
-                    return Err(StoreError::Other {
-                        url,
-                        detail: format!(
-                            "the server sent more than the {} bytes asked for",
-                            range.end - range.start
-                        ),
-                    });
-                };
-                slot.copy_from_slice(&chunk);
-                at = end;
-            }
-            if at != dest.len() {
-                return Err(StoreError::ShortBody {
-                    url,
-                    expected: dest.len() as u64,
-                    got: at as u64,
-                });
-            }
-            Ok(tags)
-        })
-    }
-
-    fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
-        Box::pin(async move {
-            let (loc, url) = match prefix {
-                Some(p) => (self.location(p)?, self.url_of(p)),
-                None => (self.root.clone(), self.source.canonical().to_string()),
-            };
-            let metas: Vec<_> = self
-                .inner
-                .list(Some(&loc))
-                .try_collect()
-                .await
-                .map_err(|e| map_error(e, &url))?;
-            Ok(metas
-                .into_iter()
-                .filter_map(|m| {
-                    let key = self.relative_key(&m.location)?;
-                    Some(ObjectInfo {
-                        key,
-                        size: m.size,
-                        e_tag: m.e_tag,
-                    })
+    async fn list(&self, prefix: Option<&ObjectKey>) -> Result<Vec<ObjectInfo>, StoreError> {
+        let (loc, url) = match prefix {
+            Some(p) => (self.location(p)?, self.url_of(p)),
+            None => (self.root.clone(), self.source.canonical().to_string()),
+        };
+        let metas: Vec<_> = self
+            .inner
+            .list(Some(&loc))
+            .try_collect()
+            .await
+            .map_err(|e| map_error(e, &url))?;
+        Ok(metas
+            .into_iter()
+            .filter_map(|m| {
+                let key = self.relative_key(&m.location)?;
+                Some(ObjectInfo {
+                    key,
+                    size: m.size,
+                    e_tag: m.e_tag,
                 })
-                .collect())
-        })
-    }
-}
-
-/// Cuts server bodies (XML error documents) to something that fits on one line.
-fn short(s: &str) -> String {
-    let one_line: String = s.split_whitespace().collect::<Vec<_>>().join(" ");
-    if one_line.chars().count() > 300 {
-        let cut: String = one_line.chars().take(300).collect();
-        format!("{cut}…")
-    } else {
-        one_line
-    }
-}
-
-/// The transport error inside an `object_store` error chain, if any.
-fn http_error_kind(e: &(dyn std::error::Error + 'static)) -> Option<HttpErrorKind> {
-    let mut cur: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(err) = cur {
-        if let Some(h) = err.downcast_ref::<HttpError>() {
-            return Some(h.kind());
-        }
-        cur = err.source();
-    }
-    None
-}
-
-/// The HTTP status in an `object_store` message ("... status code: 503 Service Unavailable ...").
-/// `object_store` does not export its request error type, so the text is the only carrier.
-fn http_status(message: &str) -> Option<u16> {
-    let (_, after) = message.split_once("status code: ")?;
-    after.get(..3)?.parse().ok()
-}
-
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
-    let mut parts = vec![e.to_string()];
-    let mut cur = e.source();
-    while let Some(s) = cur {
-        let text = s.to_string();
-        if !parts.iter().any(|p| p.contains(&text)) {
-            parts.push(text);
-        }
-        cur = s.source();
-    }
-    parts.join(": ")
-}
-
-/// Maps an error from a request (not its body) to a [`StoreError`] about `url`.
-pub(super) fn map_error(e: object_store::Error, url: &str) -> StoreError {
-    let url = url.to_string();
-    let message = error_chain(&e);
-    match &e {
-        object_store::Error::NotFound { .. } => {
-            let detail = if message.contains("NoSuchBucket") {
-                "bucket does not exist".to_string()
-            } else {
-                String::new()
-            };
-            return StoreError::NotFound { url, detail };
-        }
-        object_store::Error::PermissionDenied { .. }
-        | object_store::Error::Unauthenticated { .. } => {
-            return StoreError::AccessDenied {
-                url,
-                detail: short(&server_reason(&message)),
-            };
-        }
-        _ => {}
-    }
-    if message.contains("Error performing token request") {
-        return StoreError::AccessDenied {
-            url,
-            detail: "no credentials could be obtained (none configured, and the instance metadata service gave none)".into(),
-        };
-    }
-    if let Some(status) = http_status(&message) {
-        let detail = short(&message);
-        return match status {
-            429 => StoreError::Transient {
-                url,
-                kind: TransientKind::Throttled,
-                detail,
-            },
-            503 if message.contains("SlowDown") => StoreError::Transient {
-                url,
-                kind: TransientKind::Throttled,
-                detail,
-            },
-            408 => StoreError::Transient {
-                url,
-                kind: TransientKind::Timeout,
-                detail,
-            },
-            500..=599 => StoreError::Transient {
-                url,
-                kind: TransientKind::ServerError,
-                detail,
-            },
-            400 if [
-                "InvalidAccessKeyId",
-                "SignatureDoesNotMatch",
-                "AuthorizationHeaderMalformed",
-                "ExpiredToken",
-            ]
-            .iter()
-            .any(|c| message.contains(c)) =>
-            {
-                StoreError::AccessDenied {
-                    url,
-                    detail: short(&server_reason(&message)),
-                }
-            }
-            404 => StoreError::NotFound {
-                url,
-                detail: String::new(),
-            },
-            300..=399 => StoreError::Unreachable {
-                url,
-                detail: format!("redirected ({status}): wrong region or endpoint"),
-            },
-            _ => StoreError::Other { url, detail },
-        };
-    }
-    if message.contains("URL scheme is not allowed") {
-        return StoreError::Config {
-            source_url: url.clone(),
-            reason: format!(
-                "plain http:// is not allowed for this endpoint; {}",
-                super::error::endpoint_hint(&url)
-            ),
-        };
-    }
-    if message.contains("dns error") || message.contains("failed to lookup address") {
-        return StoreError::UnknownHost {
-            url,
-            detail: short(&message),
-        };
-    }
-    // rustls' words for a certificate it refuses (unknown issuer, expired, wrong name, ...).
-    if message.contains("invalid peer certificate") {
-        return StoreError::UntrustedCertificate {
-            url,
-            detail: short(&message),
-        };
-    }
-    if message.contains("redirect without LOCATION") {
-        return StoreError::Unreachable {
-            url,
-            detail: "redirected: wrong region or endpoint".into(),
-        };
-    }
-    match http_error_kind(&e) {
-        Some(HttpErrorKind::Connect) => StoreError::Unreachable {
-            url,
-            detail: short(&message),
-        },
-        Some(HttpErrorKind::Timeout) => StoreError::Transient {
-            url,
-            kind: TransientKind::Timeout,
-            detail: short(&message),
-        },
-        Some(_) => StoreError::Transient {
-            url,
-            kind: TransientKind::Connection,
-            detail: short(&message),
-        },
-        None => StoreError::Other {
-            url,
-            detail: short(&message),
-        },
-    }
-}
-
-/// Maps an error while streaming a body: whatever broke the stream is worth a retry,
-/// except a local file that vanished.
-fn body_error(e: object_store::Error, url: &str) -> StoreError {
-    match map_error(e, url) {
-        StoreError::Other { url, detail } => StoreError::Transient {
-            url,
-            kind: TransientKind::Connection,
-            detail,
-        },
-        other => other,
-    }
-}
-
-/// The S3 error code and message out of an XML body, when there is one.
-fn server_reason(message: &str) -> String {
-    let tag = |name: &str| {
-        let open = format!("<{name}>");
-        let close = format!("</{name}>");
-        let start = message.find(&open)? + open.len();
-        let end = message[start..].find(&close)? + start;
-        Some(message[start..end].to_string())
-    };
-    match (tag("Code"), tag("Message")) {
-        (Some(c), Some(m)) => format!("{c}: {m}"),
-        (Some(c), None) => c,
-        _ => message.to_string(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn finds_status_and_reason() {
-        assert_eq!(
-            http_status("Server returned non-2xx status code: 503 Service Unavailable: x"),
-            Some(503)
-        );
-        assert_eq!(http_status("nothing"), None);
-        assert_eq!(http_status("status code: 5"), None);
-        let xml = "... <Error><Code>SignatureDoesNotMatch</Code><Message>bad sig</Message></Error>";
-        assert_eq!(server_reason(xml), "SignatureDoesNotMatch: bad sig");
+            })
+            .collect())
     }
 }

@@ -4,7 +4,7 @@
 //! themselves (FUSE worker threads and `main` are not); from async code use the store
 //! directly.
 
-use super::{ObjectInfo, ObjectKey, Store, StoreError};
+use super::{ObjectInfo, ObjectKey, Store, StoreError, StoreExt};
 use bytes::Bytes;
 use std::ops::Range;
 use std::sync::Arc;

@@ -44,6 +44,18 @@ pub struct StoreChecksums {
     pub sha256: Option<[u8; 32]>,
 }
 
+/// Bytes whose checksum is not the one the store keeps for them.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{name} {got} differs from the store's {want}")]
+pub struct ChecksumMismatch {
+    /// Which checksum (`CRC32C`, `MD5`, ...).
+    pub name: &'static str,
+    /// The bytes' checksum, in hex.
+    pub got: String,
+    /// The store's, in hex.
+    pub want: String,
+}
+
 impl StoreChecksums {
     /// True when the store gave no checksum at all.
     pub fn is_empty(&self) -> bool {
@@ -88,13 +100,17 @@ impl StoreChecksums {
     }
 
     /// Checks `bytes` against every checksum present; the error names the one that differs.
-    pub fn check(&self, bytes: &[u8]) -> Result<(), String> {
-        fn differs(name: &str, got: impl AsRef<[u8]>, want: impl AsRef<[u8]>) -> String {
-            format!(
-                "{name} {} differs from the store's {}",
-                hex::encode(got),
-                hex::encode(want)
-            )
+    pub fn check(&self, bytes: &[u8]) -> Result<(), ChecksumMismatch> {
+        fn differs(
+            name: &'static str,
+            got: impl AsRef<[u8]>,
+            want: impl AsRef<[u8]>,
+        ) -> ChecksumMismatch {
+            ChecksumMismatch {
+                name,
+                got: hex::encode(got),
+                want: hex::encode(want),
+            }
         }
         if let Some(want) = self.crc64nvme {
             let got = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, bytes);
@@ -248,7 +264,7 @@ mod tests {
         );
         assert!(s.check(b"hello world").is_ok());
         let e = s.check(b"hello worle").unwrap_err();
-        assert!(e.contains("CRC32C"), "{e}");
+        assert_eq!(e.name, "CRC32C", "{e}");
     }
 
     #[test]
@@ -265,7 +281,7 @@ mod tests {
         let s = StoreChecksums::from_headers(&headers(&[("Content-MD5", MD5_B64)]));
         assert!(s.md5.is_some() && s.crc32c.is_none());
         assert!(s.check(b"hello world").is_ok());
-        assert!(s.check(b"hello").unwrap_err().contains("MD5"));
+        assert_eq!(s.check(b"hello").unwrap_err().name, "MD5");
         // A composite (per-part) S3 checksum is not a checksum of the object: ignored.
         let composite = StoreChecksums::from_headers(&headers(&[
             ("x-amz-checksum-crc32c", "AAAAAA==-3"),
@@ -297,7 +313,7 @@ mod tests {
         assert_eq!(only_crc64.crc64nvme, Some(crc64));
         assert!(only_crc64.check(data).is_ok());
         let err = only_crc64.check(b"123456780").unwrap_err();
-        assert!(err.starts_with("CRC64NVME "), "{err}");
+        assert_eq!(err.name, "CRC64NVME", "{err}");
         // The others only as a full-object checksum.
         let pairs = [
             ("x-amz-checksum-crc32", b64(&crc32.to_be_bytes())),
@@ -311,7 +327,7 @@ mod tests {
         assert_eq!((full.crc32, full.sha256), (Some(crc32), Some(sha256)));
         assert!(full.check(data).is_ok());
         let err = full.check(b"12345678").unwrap_err();
-        assert!(err.starts_with("CRC32 "), "{err}");
+        assert_eq!(err.name, "CRC32", "{err}");
         // A composite CRC64NVME (not something S3 makes) is not taken as the object's.
         let composite = StoreChecksums::from_headers(&headers(&[
             ("x-amz-checksum-crc64nvme", &b64(&crc64.to_be_bytes())),

@@ -3,10 +3,8 @@
 //! Tests use it to prove what a code path asked the network for ("one ranged GET of the
 //! header, not the whole shard"; "a remount refetches only the interrupted shard").
 
-use super::{ObjectInfo, ObjectKey, Store, StoreFuture};
-use bytes::Bytes;
+use super::{Fetched, GetOptions, ObjectInfo, ObjectKey, Store, StoreChecksums, StoreError};
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 /// Requests seen for one key (or in total).
@@ -14,13 +12,13 @@ use std::sync::{Arc, Mutex};
 pub struct RequestCounts {
     /// `head` calls.
     pub heads: u64,
-    /// `get_range` calls.
+    /// Ranged GETs (`get_range`, `get_part_into`).
     pub range_gets: u64,
-    /// Whole-object `get` calls.
+    /// Whole-object GETs (`get`, `get_fetched`).
     pub gets: u64,
     /// `list` calls.
     pub lists: u64,
-    /// Bytes returned by successful `get` and `get_range` calls.
+    /// Bytes returned by successful GETs.
     pub bytes: u64,
 }
 
@@ -84,70 +82,39 @@ impl CountingStore {
     }
 }
 
+#[async_trait::async_trait]
 impl Store for CountingStore {
     fn url_of(&self, key: &ObjectKey) -> String {
         self.inner.url_of(key)
     }
 
-    fn head<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo> {
-        Box::pin(async move {
-            self.bump(key.as_str(), |c| c.heads += 1);
-            self.inner.head(key).await
-        })
+    async fn head(&self, key: &ObjectKey) -> Result<ObjectInfo, StoreError> {
+        self.bump(key.as_str(), |c| c.heads += 1);
+        self.inner.head(key).await
     }
 
-    fn get_range<'a>(&'a self, key: &'a ObjectKey, range: Range<u64>) -> StoreFuture<'a, Bytes> {
-        Box::pin(async move {
-            self.bump(key.as_str(), |c| c.range_gets += 1);
-            let b = self.inner.get_range(key, range).await?;
-            self.bump(key.as_str(), |c| c.bytes += b.len() as u64);
-            Ok(b)
-        })
+    async fn get_opts(
+        &self,
+        key: &ObjectKey,
+        mut opts: GetOptions<'_>,
+    ) -> Result<Fetched, StoreError> {
+        match opts.range {
+            Some(_) => self.bump(key.as_str(), |c| c.range_gets += 1),
+            None => self.bump(key.as_str(), |c| c.gets += 1),
+        }
+        let f = self.inner.get_opts(key, opts.reborrow()).await?;
+        let n = opts.into.map_or(f.bytes.len(), |d| d.len()) as u64;
+        self.bump(key.as_str(), |c| c.bytes += n);
+        Ok(f)
     }
 
-    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
-        Box::pin(async move {
-            self.bump(key.as_str(), |c| c.gets += 1);
-            let b = self.inner.get(key).await?;
-            self.bump(key.as_str(), |c| c.bytes += b.len() as u64);
-            Ok(b)
-        })
+    async fn checksums(&self, key: &ObjectKey) -> Result<StoreChecksums, StoreError> {
+        self.bump(key.as_str(), |c| c.heads += 1);
+        self.inner.checksums(key).await
     }
 
-    fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::Fetched> {
-        Box::pin(async move {
-            self.bump(key.as_str(), |c| c.gets += 1);
-            let f = self.inner.get_fetched(key).await?;
-            self.bump(key.as_str(), |c| c.bytes += f.bytes.len() as u64);
-            Ok(f)
-        })
-    }
-
-    fn checksums<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::StoreChecksums> {
-        Box::pin(async move {
-            self.bump(key.as_str(), |c| c.heads += 1);
-            self.inner.checksums(key).await
-        })
-    }
-
-    fn get_part_into<'a>(
-        &'a self,
-        key: &'a ObjectKey,
-        range: Range<u64>,
-        dest: &'a mut [u8],
-    ) -> StoreFuture<'a, super::EtagMd5s> {
-        Box::pin(async move {
-            self.bump(key.as_str(), |c| c.range_gets += 1);
-            let tags = self.inner.get_part_into(key, range, &mut *dest).await?;
-            self.bump(key.as_str(), |c| c.bytes += dest.len() as u64);
-            Ok(tags)
-        })
-    }
-
-    fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
-        Box::pin(async move {
-            self.bump(prefix.map(|p| p.as_str()).unwrap_or(""), |c| c.lists += 1);
-            self.inner.list(prefix).await
-        })
+    async fn list(&self, prefix: Option<&ObjectKey>) -> Result<Vec<ObjectInfo>, StoreError> {
+        self.bump(prefix.map(|p| p.as_str()).unwrap_or(""), |c| c.lists += 1);
+        self.inner.list(prefix).await
     }
 }

@@ -26,6 +26,30 @@ impl std::fmt::Display for TransientKind {
     }
 }
 
+/// What kind of failure a [`StoreError`] is, for callers that choose their answer by kind
+/// (the vfs maps each to an errno; the CLI to a message): the same kind whatever the backend
+/// and whatever the words of its error.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum StoreErrorKind {
+    /// The object, or its bucket or folder, does not exist.
+    NotFound,
+    /// The credentials were refused or could not be had.
+    AccessDenied,
+    /// No complete answer in time (the request, its body, or the connection).
+    TimedOut,
+    /// A failure another attempt may get past: a 5xx, throttling, a reset, an endpoint that
+    /// does not answer now, an object rewritten during the download.
+    Transient,
+    /// The answer was not the bytes asked for (a body cut short, or longer than announced).
+    Damaged,
+    /// The store is set up wrong: a bad source, key or option, an unknown host, an untrusted
+    /// certificate. Retrying does not help; the configuration must change.
+    Misconfigured,
+    /// Anything else.
+    Other,
+}
+
 /// An error from the `store` module. Every variant names the object (as a URL) it is about.
 #[derive(Debug, Clone, thiserror::Error)]
 #[non_exhaustive]
@@ -201,6 +225,29 @@ impl StoreError {
             StoreError::NotFound { .. } => true,
             StoreError::RetriesExhausted { last, .. } => last.is_not_found(),
             _ => false,
+        }
+    }
+
+    /// What kind of failure this is (of the last attempt, when retries ran out).
+    pub fn kind(&self) -> StoreErrorKind {
+        match self {
+            StoreError::NotFound { .. } => StoreErrorKind::NotFound,
+            StoreError::AccessDenied { .. } => StoreErrorKind::AccessDenied,
+            StoreError::Transient {
+                kind: TransientKind::Timeout,
+                ..
+            } => StoreErrorKind::TimedOut,
+            StoreError::Transient { .. }
+            | StoreError::Unreachable { .. }
+            | StoreError::Changed { .. } => StoreErrorKind::Transient,
+            StoreError::ShortBody { .. } => StoreErrorKind::Damaged,
+            StoreError::InvalidSource { .. }
+            | StoreError::InvalidKey { .. }
+            | StoreError::Config { .. }
+            | StoreError::UnknownHost { .. }
+            | StoreError::UntrustedCertificate { .. } => StoreErrorKind::Misconfigured,
+            StoreError::RetriesExhausted { last, .. } => last.kind(),
+            StoreError::Other { .. } => StoreErrorKind::Other,
         }
     }
 

@@ -7,9 +7,10 @@
 //! return damaged bytes *without* an error, as a broken proxy or disk would: callers must
 //! catch those by length and hash.
 
-use super::{ObjectInfo, ObjectKey, Store, StoreError, StoreFuture, TransientKind};
+use super::{
+    Fetched, GetOptions, ObjectInfo, ObjectKey, Store, StoreChecksums, StoreError, TransientKind,
+};
 use bytes::Bytes;
-use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -137,117 +138,74 @@ impl FaultyStore {
         }
         outcome
     }
+}
 
-    async fn with_faults<'a, F>(
-        &'a self,
-        key: &'a ObjectKey,
-        fetch: impl FnOnce() -> F,
-    ) -> Result<Bytes, StoreError>
-    where
-        F: std::future::Future<Output = Result<Bytes, StoreError>> + 'a,
-    {
-        match self.next_fault(key).await {
-            Outcome::Fail(e) => Err(e),
-            Outcome::Pass => fetch().await,
-            Outcome::Damage(Fault::Truncate) => fetch().await.map(|b| b.slice(..b.len() / 2)),
-            Outcome::Damage(_) => fetch().await.map(|b| {
-                let mut v = b.to_vec();
-                let mid = v.len() / 2;
-                if let Some(byte) = v.get_mut(mid) {
-                    *byte ^= 0x5a;
-                }
-                Bytes::from(v)
-            }),
-        }
+/// Flips one byte in the middle of `bytes` (none when empty).
+fn flip_middle(bytes: &mut [u8]) {
+    let mid = bytes.len() / 2;
+    if let Some(byte) = bytes.get_mut(mid) {
+        *byte ^= 0x5a;
     }
 }
 
+#[async_trait::async_trait]
 impl Store for FaultyStore {
     fn url_of(&self, key: &ObjectKey) -> String {
         self.inner.url_of(key)
     }
 
-    fn head<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo> {
-        Box::pin(async move {
-            match self.next_fault(key).await {
-                Outcome::Fail(e) => Err(e),
-                _ => self.inner.head(key).await,
+    async fn head(&self, key: &ObjectKey) -> Result<ObjectInfo, StoreError> {
+        match self.next_fault(key).await {
+            Outcome::Fail(e) => Err(e),
+            _ => self.inner.head(key).await,
+        }
+    }
+
+    async fn get_opts(
+        &self,
+        key: &ObjectKey,
+        mut opts: GetOptions<'_>,
+    ) -> Result<Fetched, StoreError> {
+        let damage = match self.next_fault(key).await {
+            Outcome::Fail(e) => return Err(e),
+            Outcome::Pass => return self.inner.get_opts(key, opts).await,
+            Outcome::Damage(f) => f,
+        };
+        // Damage applies to the body only: the store's checksums stay what it recorded.
+        let mut fetched = self.inner.get_opts(key, opts.reborrow()).await?;
+        match (damage, opts.into) {
+            // A body written as it arrives stops half way: what a short read looks like
+            // from a real server.
+            (Fault::Truncate, Some(dest)) => Err(StoreError::ShortBody {
+                url: self.inner.url_of(key),
+                expected: dest.len() as u64,
+                got: dest.len() as u64 / 2,
+            }),
+            (Fault::Truncate, None) => {
+                fetched.bytes = fetched.bytes.slice(..fetched.bytes.len() / 2);
+                Ok(fetched)
             }
-        })
-    }
-
-    fn get_range<'a>(&'a self, key: &'a ObjectKey, range: Range<u64>) -> StoreFuture<'a, Bytes> {
-        Box::pin(self.with_faults(key, move || self.inner.get_range(key, range)))
-    }
-
-    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
-        Box::pin(self.with_faults(key, move || self.inner.get(key)))
-    }
-
-    fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::Fetched> {
-        Box::pin(async move {
-            // Damage applies to the body only: the store's checksum stays what it recorded.
-            let sums = std::sync::Mutex::new((None, None, super::StoreChecksums::default()));
-            let bytes = self
-                .with_faults(key, || async {
-                    let f = self.inner.get_fetched(key).await?;
-                    *sums.lock().unwrap_or_else(|p| p.into_inner()) =
-                        (f.md5, f.multipart_md5, f.store_sums);
-                    Ok(f.bytes)
-                })
-                .await?;
-            let (md5, multipart_md5, store_sums) =
-                sums.into_inner().unwrap_or_else(|p| p.into_inner());
-            Ok(super::Fetched {
-                bytes,
-                md5,
-                multipart_md5,
-                store_sums,
-            })
-        })
-    }
-
-    fn checksums<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::StoreChecksums> {
-        Box::pin(async move {
-            match self.next_fault(key).await {
-                Outcome::Fail(e) => Err(e),
-                _ => self.inner.checksums(key).await,
+            (_, Some(dest)) => {
+                flip_middle(dest);
+                Ok(fetched)
             }
-        })
-    }
-
-    fn get_part_into<'a>(
-        &'a self,
-        key: &'a ObjectKey,
-        range: Range<u64>,
-        dest: &'a mut [u8],
-    ) -> StoreFuture<'a, super::EtagMd5s> {
-        Box::pin(async move {
-            match self.next_fault(key).await {
-                Outcome::Fail(e) => Err(e),
-                Outcome::Pass => self.inner.get_part_into(key, range, dest).await,
-                // The body stops half way: what a short read looks like from a real server.
-                Outcome::Damage(Fault::Truncate) => {
-                    self.inner.get_part_into(key, range, &mut *dest).await?;
-                    Err(StoreError::ShortBody {
-                        url: self.inner.url_of(key),
-                        expected: dest.len() as u64,
-                        got: dest.len() as u64 / 2,
-                    })
-                }
-                Outcome::Damage(_) => {
-                    let tags = self.inner.get_part_into(key, range, &mut *dest).await?;
-                    let mid = dest.len() / 2;
-                    if let Some(byte) = dest.get_mut(mid) {
-                        *byte ^= 0x5a;
-                    }
-                    Ok(tags)
-                }
+            (_, None) => {
+                let mut v = fetched.bytes.to_vec();
+                flip_middle(&mut v);
+                fetched.bytes = Bytes::from(v);
+                Ok(fetched)
             }
-        })
+        }
     }
 
-    fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
-        self.inner.list(prefix)
+    async fn checksums(&self, key: &ObjectKey) -> Result<StoreChecksums, StoreError> {
+        match self.next_fault(key).await {
+            Outcome::Fail(e) => Err(e),
+            _ => self.inner.checksums(key).await,
+        }
+    }
+
+    async fn list(&self, prefix: Option<&ObjectKey>) -> Result<Vec<ObjectInfo>, StoreError> {
+        self.inner.list(prefix).await
     }
 }

@@ -1,7 +1,8 @@
 //! `store`: read objects of one dataset from any object store, behind one small trait.
 //!
-//! Everything above this module sees [`Store`]: `head`, ranged `get_range`, whole `get` and
-//! `list`, with keys relative to the dataset root ([`ObjectKey`] refuses keys that escape it).
+//! Everything above this module sees [`Store`]: `head`, one GET with options (`get_opts`: a
+//! range or all, returned or written into a buffer), `checksums` and `list`, plus the
+//! convenient forms of [`StoreExt`], with keys relative to the dataset root ([`ObjectKey`] refuses keys that escape it).
 //! This is the only module that uses `object_store`; [`open`] turns a SOURCE string plus
 //! [`StoreOptions`] into a ready store.
 //!
@@ -30,6 +31,7 @@ mod aws_profile;
 mod backend;
 mod blocking;
 mod checksums;
+mod classify;
 mod counting;
 mod error;
 mod faults;
@@ -43,9 +45,9 @@ mod urgency;
 
 pub use backend::{etag_md5, etag_multipart, ObjectStoreBackend};
 pub use blocking::BlockingStore;
-pub use checksums::{ChecksumConnector, StoreChecksums};
+pub use checksums::{ChecksumConnector, ChecksumMismatch, StoreChecksums};
 pub use counting::{CountingStore, RequestCounts};
-pub use error::{StoreError, TransientKind};
+pub use error::{StoreError, StoreErrorKind, TransientKind};
 pub use faults::{Fault, FaultyStore};
 pub use key::ObjectKey;
 pub use options::{StaticCredentials, StoreOptions};
@@ -94,36 +96,137 @@ pub struct Fetched {
     pub store_sums: StoreChecksums,
 }
 
-/// Read access to the objects under one dataset root.
+/// What one GET asks for (see [`Store::get_opts`]).
+#[derive(Debug, Default)]
+pub struct GetOptions<'a> {
+    /// Bytes `range` of the object; all of it when `None`.
+    pub range: Option<Range<u64>>,
+    /// Where to write the body as it arrives (exactly as long as the range), instead of
+    /// returning it in [`Fetched::bytes`] (then empty). Borrowed, not taken, so a retry fills
+    /// the same bytes again.
+    pub into: Option<&'a mut [u8]>,
+}
+
+impl<'a> GetOptions<'a> {
+    /// The same request again, lending the same buffer (for a retry or a wrapper).
+    pub fn reborrow(&mut self) -> GetOptions<'_> {
+        GetOptions {
+            range: self.range.clone(),
+            into: self.into.as_deref_mut(),
+        }
+    }
+
+    /// How many bytes the answer must have, when the request says (a range or a buffer).
+    pub fn expected_len(&self) -> Option<u64> {
+        match (&self.range, &self.into) {
+            (Some(r), _) => Some(r.end.saturating_sub(r.start)),
+            (None, Some(d)) => Some(d.len() as u64),
+            (None, None) => None,
+        }
+    }
+
+    /// Answers this request from a whole answer held in memory (for stores that have the
+    /// bytes at hand, such as test doubles): `fetched.bytes` are the requested bytes; with a
+    /// buffer they are copied into it and the answer's bytes left empty. A length that is not
+    /// the one asked for is [`StoreError::ShortBody`].
+    pub fn answer(
+        self,
+        mut fetched: Fetched,
+        url: impl FnOnce() -> String,
+    ) -> Result<Fetched, StoreError> {
+        let got = fetched.bytes.len() as u64;
+        if self.expected_len().is_some_and(|want| want != got) {
+            return Err(StoreError::ShortBody {
+                url: url(),
+                expected: self.expected_len().unwrap_or(got),
+                got,
+            });
+        }
+        if let Some(dest) = self.into {
+            dest.copy_from_slice(&fetched.bytes);
+            fetched.bytes = Bytes::new();
+        }
+        Ok(fetched)
+    }
+}
+
+impl Fetched {
+    /// An answer of these bytes with no checksum of the store's.
+    pub fn plain(bytes: Bytes) -> Fetched {
+        Fetched {
+            bytes,
+            md5: None,
+            multipart_md5: None,
+            store_sums: StoreChecksums::default(),
+        }
+    }
+
+    /// What the object's ETag says of it ([`Fetched::md5`], [`Fetched::multipart_md5`]).
+    pub fn etag_md5s(&self) -> EtagMd5s {
+        (self.md5, self.multipart_md5)
+    }
+}
+
+/// Read access to the objects under one dataset root: five questions a store answers (the
+/// last two with defaults), as
+/// arrow-rs `object_store` keeps `ObjectStore::get_opts` the one GET and builds the rest on
+/// it. A wrapper (retries, counting, faults) writes these and nothing else; the convenient
+/// forms ([`StoreExt::get`], [`StoreExt::get_range`], [`StoreExt::get_part_into`], ...) are
+/// built on [`Store::get_opts`] once for every store.
 ///
-/// Implementations must return exactly the bytes asked for or an error: `get_range` yields
+/// Implementations must return exactly the bytes asked for or an error: a ranged GET yields
 /// `range.end - range.start` bytes, never fewer.
+#[async_trait::async_trait]
 pub trait Store: Send + Sync + std::fmt::Debug + 'static {
     /// The URL of `key`, for messages and logs (never contains credentials).
     fn url_of(&self, key: &ObjectKey) -> String;
     /// Size (and e-tag) of one object.
-    fn head<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo>;
-    /// The bytes `range` of one object.
-    fn get_range<'a>(&'a self, key: &'a ObjectKey, range: Range<u64>) -> StoreFuture<'a, Bytes>;
-    /// The whole object.
-    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Bytes>;
-    /// The whole object with the store's checksum of it ([`Fetched::md5`]); by default the
-    /// bytes of [`Store::get`] and no checksum.
-    fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Fetched> {
+    async fn head(&self, key: &ObjectKey) -> Result<ObjectInfo, StoreError>;
+    /// One GET of `key`: the whole object or a range, returned or written into the caller's
+    /// buffer, with what the store says of the object's bytes (an S3 ETag's MD5s, on whole and
+    /// ranged answers; checksum headers, on whole answers only, since a range's are not the
+    /// object's).
+    async fn get_opts(&self, key: &ObjectKey, opts: GetOptions<'_>) -> Result<Fetched, StoreError>;
+    /// The checksums the store keeps for the whole object now, asked for apart from a
+    /// download (S3's `x-amz-checksum-*`, which AWS sends only when asked with checksum
+    /// mode): for a download whose ETag settles nothing. A store that keeps none, or
+    /// refuses the question, gives none (the default; a wrapper forwards it).
+    async fn checksums(&self, key: &ObjectKey) -> Result<StoreChecksums, StoreError> {
+        let _ = key;
+        Ok(StoreChecksums::default())
+    }
+    /// Every object under `prefix` (all of the dataset when `None`), in no particular order.
+    async fn list(&self, prefix: Option<&ObjectKey>) -> Result<Vec<ObjectInfo>, StoreError>;
+}
+
+/// The convenient forms of [`Store::get_opts`], for every store (not overridden: a wrapper
+/// changes `get_opts`, and these follow).
+pub trait StoreExt: Store {
+    /// The bytes `range` of one object (none for an empty range, without a request).
+    fn get_range<'a>(&'a self, key: &'a ObjectKey, range: Range<u64>) -> StoreFuture<'a, Bytes> {
         Box::pin(async move {
-            Ok(Fetched {
-                bytes: self.get(key).await?,
-                md5: None,
-                multipart_md5: None,
-                store_sums: StoreChecksums::default(),
-            })
+            if range.start >= range.end {
+                return Ok(Bytes::new());
+            }
+            let opts = GetOptions {
+                range: Some(range),
+                into: None,
+            };
+            Ok(self.get_opts(key, opts).await?.bytes)
         })
     }
+    /// The whole object.
+    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
+        Box::pin(async move { Ok(self.get_opts(key, GetOptions::default()).await?.bytes) })
+    }
+    /// The whole object with the store's checksums of it ([`Fetched::md5`],
+    /// [`Fetched::store_sums`]).
+    fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Fetched> {
+        self.get_opts(key, GetOptions::default())
+    }
     /// Bytes `range` of one object, written into `dest` (exactly as long as the range) as
-    /// they arrive, with what the object's ETag says of the whole object (an S3 ETag: see
-    /// [`Fetched::md5`], [`Fetched::multipart_md5`]). A range's checksum headers are not the
-    /// object's and are not used. `dest` is borrowed, not taken, so a retry fills the same
-    /// bytes again. By default the bytes of [`Store::get_range`], copied, and no checksum.
+    /// they arrive, with what the object's ETag says of the whole object. `dest` is borrowed,
+    /// not taken, so a retry fills the same bytes again.
     fn get_part_into<'a>(
         &'a self,
         key: &'a ObjectKey,
@@ -131,29 +234,19 @@ pub trait Store: Send + Sync + std::fmt::Debug + 'static {
         dest: &'a mut [u8],
     ) -> StoreFuture<'a, EtagMd5s> {
         Box::pin(async move {
-            let bytes = self.get_range(key, range).await?;
-            if bytes.len() != dest.len() {
-                return Err(StoreError::ShortBody {
-                    url: self.url_of(key),
-                    expected: dest.len() as u64,
-                    got: bytes.len() as u64,
-                });
+            if range.start >= range.end {
+                return Ok((None, None));
             }
-            dest.copy_from_slice(&bytes);
-            Ok((None, None))
+            let opts = GetOptions {
+                range: Some(range),
+                into: Some(dest),
+            };
+            Ok(self.get_opts(key, opts).await?.etag_md5s())
         })
     }
-    /// The checksums the store keeps for the whole object now, asked for apart from a
-    /// download (S3's `x-amz-checksum-*`, which AWS sends only when asked with checksum
-    /// mode): for a download whose ETag settles nothing. By default none; a store that
-    /// refuses the question also gives none.
-    fn checksums<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, StoreChecksums> {
-        let _ = key;
-        Box::pin(async { Ok(StoreChecksums::default()) })
-    }
-    /// Every object under `prefix` (all of the dataset when `None`), in no particular order.
-    fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>>;
 }
+
+impl<T: Store + ?Sized> StoreExt for T {}
 
 /// Opens `source` with retries, timeouts and bounded concurrency from `options`.
 pub fn open(source: &str, options: &StoreOptions) -> Result<Arc<dyn Store>, StoreError> {

@@ -14,7 +14,7 @@
 //! `refetch_differing_parts`: a download in parts that failed its check is repaired part by
 //! part instead of being fetched again whole.
 
-use super::{EtagMd5s, ObjectKey, Store, StoreError};
+use super::{EtagMd5s, ObjectKey, Store, StoreError, StoreExt};
 use futures::stream::{FuturesUnordered, StreamExt};
 
 /// What a caller of [`get_in_parts`] is shown while the parts of its object land, so that a
@@ -209,9 +209,8 @@ fn describe(tag: &EtagMd5s) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{ObjectInfo, StoreFuture};
+    use crate::store::{Fetched, GetOptions, ObjectInfo};
     use bytes::Bytes;
-    use std::ops::Range;
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
 
@@ -223,34 +222,28 @@ mod tests {
         changes_after: usize,
     }
 
+    #[async_trait::async_trait]
     impl Store for Memory {
         fn url_of(&self, key: &ObjectKey) -> String {
             format!("mem://{key}")
         }
-        fn head<'a>(&'a self, _key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo> {
+        async fn head(&self, _key: &ObjectKey) -> Result<ObjectInfo, StoreError> {
             unimplemented!("not used")
         }
-        fn get_range<'a>(&'a self, _k: &'a ObjectKey, r: Range<u64>) -> StoreFuture<'a, Bytes> {
-            Box::pin(async move { Ok(self.data.slice(r.start as usize..r.end as usize)) })
-        }
-        fn get<'a>(&'a self, _key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
-            Box::pin(async move { Ok(self.data.clone()) })
-        }
-        fn get_part_into<'a>(
-            &'a self,
-            _key: &'a ObjectKey,
-            r: Range<u64>,
-            dest: &'a mut [u8],
-        ) -> StoreFuture<'a, EtagMd5s> {
-            Box::pin(async move {
-                let n = self.reads.fetch_add(1, Ordering::SeqCst);
-                let version = u8::from(n >= self.changes_after);
-                dest.copy_from_slice(&self.data[r.start as usize..r.end as usize]);
-                Ok((Some([version; 16]), None))
-            })
+        async fn get_opts(
+            &self,
+            key: &ObjectKey,
+            opts: GetOptions<'_>,
+        ) -> Result<Fetched, StoreError> {
+            let n = self.reads.fetch_add(1, Ordering::SeqCst);
+            let version = u8::from(n >= self.changes_after);
+            let r = opts.range.clone().unwrap_or(0..self.data.len() as u64);
+            let mut answer = Fetched::plain(self.data.slice(r.start as usize..r.end as usize));
+            answer.md5 = Some([version; 16]);
+            opts.answer(answer, || self.url_of(key))
         }
 
-        fn list<'a>(&'a self, _p: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
+        async fn list(&self, _p: Option<&ObjectKey>) -> Result<Vec<ObjectInfo>, StoreError> {
             unimplemented!("not used")
         }
     }
@@ -406,10 +399,11 @@ mod tests {
 #[cfg(test)]
 mod retry_tests {
     use super::*;
-    use crate::store::{ObjectInfo, ResilientStore, StoreFuture, StoreOptions, TransientKind};
+    use crate::store::{
+        Fetched, GetOptions, ObjectInfo, ResilientStore, StoreOptions, TransientKind,
+    };
     use bytes::Bytes;
     use std::collections::HashMap;
-    use std::ops::Range;
     use std::sync::{Arc, Mutex};
     use std::time::Duration;
 
@@ -421,26 +415,23 @@ mod retry_tests {
         attempts: Mutex<HashMap<u64, Vec<usize>>>,
     }
 
+    #[async_trait::async_trait]
     impl Store for FailsFirst {
         fn url_of(&self, key: &ObjectKey) -> String {
             format!("mem://{key}")
         }
-        fn head<'a>(&'a self, _key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo> {
+        async fn head(&self, _key: &ObjectKey) -> Result<ObjectInfo, StoreError> {
             unimplemented!("not used")
         }
-        fn get_range<'a>(&'a self, _k: &'a ObjectKey, _r: Range<u64>) -> StoreFuture<'a, Bytes> {
-            unimplemented!("not used")
-        }
-        fn get<'a>(&'a self, _key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
-            unimplemented!("not used")
-        }
-        fn get_part_into<'a>(
-            &'a self,
-            key: &'a ObjectKey,
-            r: Range<u64>,
-            dest: &'a mut [u8],
-        ) -> StoreFuture<'a, EtagMd5s> {
-            Box::pin(async move {
+        async fn get_opts(
+            &self,
+            key: &ObjectKey,
+            opts: GetOptions<'_>,
+        ) -> Result<Fetched, StoreError> {
+            let (Some(r), Some(dest)) = (opts.range, opts.into) else {
+                unimplemented!("only parts are asked for")
+            };
+            {
                 let first = {
                     let mut a = self.attempts.lock().expect("lock");
                     let seen = a.entry(r.start).or_default();
@@ -456,10 +447,10 @@ mod retry_tests {
                     });
                 }
                 dest.copy_from_slice(&self.data[r.start as usize..r.end as usize]);
-                Ok((None, None))
-            })
+                Ok(Fetched::plain(Bytes::new()))
+            }
         }
-        fn list<'a>(&'a self, _p: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
+        async fn list(&self, _p: Option<&ObjectKey>) -> Result<Vec<ObjectInfo>, StoreError> {
             unimplemented!("not used")
         }
     }

@@ -7,7 +7,7 @@
 //! it completes (a failed upload is aborted). A transient failure is retried a few times with
 //! backoff; the same rule as reads decides what is transient ([`StoreError::is_retryable`]).
 
-use super::backend::map_error;
+use super::classify::map_error;
 use super::{ObjectStoreBackend, Source, SourceKind, StoreError, StoreOptions};
 use bytes::Bytes;
 use futures::TryStreamExt;

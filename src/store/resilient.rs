@@ -12,11 +12,12 @@
 //! may use an express permit instead: up to half as many connections again, for reads only,
 //! so a read never queues behind the readahead's requests for shards needed later.
 
-use super::{ObjectInfo, ObjectKey, Store, StoreError, StoreFuture, StoreOptions, TransientKind};
-use bytes::Bytes;
+use super::{
+    Fetched, GetOptions, ObjectInfo, ObjectKey, Store, StoreChecksums, StoreError, StoreOptions,
+    TransientKind,
+};
 use rand::Rng;
 use std::future::Future;
-use std::ops::Range;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::sync::Semaphore;
@@ -116,6 +117,28 @@ impl ResilientStore {
         }
     }
 
+    /// One GET of the inner store whose returned body has the length asked for: decorators
+    /// and odd servers can return fewer bytes without an error, which is worth a retry.
+    async fn checked_get(
+        &self,
+        key: &ObjectKey,
+        opts: GetOptions<'_>,
+    ) -> Result<Fetched, StoreError> {
+        let want = opts.range.as_ref().map(|r| r.end.saturating_sub(r.start));
+        let returned = opts.into.is_none();
+        let fetched = self.inner.get_opts(key, opts).await?;
+        match want {
+            Some(want) if returned && fetched.bytes.len() as u64 != want => {
+                Err(StoreError::ShortBody {
+                    url: self.inner.url_of(key),
+                    expected: want,
+                    got: fetched.bytes.len() as u64,
+                })
+            }
+            _ => Ok(fetched),
+        }
+    }
+
     fn succeeded<T>(&self, key: &ObjectKey, attempt: u32, v: T) -> T {
         if attempt > 1 {
             tracing::debug!(url = %self.inner.url_of(key), attempt, "request succeeded after retries");
@@ -147,72 +170,43 @@ impl ResilientStore {
     }
 }
 
+#[async_trait::async_trait]
 impl Store for ResilientStore {
     fn url_of(&self, key: &ObjectKey) -> String {
         self.inner.url_of(key)
     }
 
-    fn head<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo> {
-        Box::pin(self.run(key, move || self.inner.head(key)))
+    async fn head(&self, key: &ObjectKey) -> Result<ObjectInfo, StoreError> {
+        self.run(key, move || self.inner.head(key)).await
     }
 
-    fn get_range<'a>(&'a self, key: &'a ObjectKey, range: Range<u64>) -> StoreFuture<'a, Bytes> {
-        Box::pin(self.run(key, move || {
-            let range = range.clone();
-            async move {
-                let want = range.end.saturating_sub(range.start);
-                let bytes = self.inner.get_range(key, range).await?;
-                // Decorators and odd servers can return fewer bytes without an error.
-                if bytes.len() as u64 != want {
-                    return Err(StoreError::ShortBody {
-                        url: self.inner.url_of(key),
-                        expected: want,
-                        got: bytes.len() as u64,
-                    });
-                }
-                Ok(bytes)
+    async fn get_opts(
+        &self,
+        key: &ObjectKey,
+        mut opts: GetOptions<'_>,
+    ) -> Result<Fetched, StoreError> {
+        // Every attempt fills the same bytes: a retry needs no buffer of its own. (Not
+        // `run`: its `Fn` op cannot lend the buffer to one attempt after another, and an
+        // `AsyncFnMut` op's future cannot be shown `Send` for every borrow.)
+        let start = Instant::now();
+        let mut attempt: u32 = 0;
+        loop {
+            attempt += 1;
+            let request = self.checked_get(key, opts.reborrow());
+            match self.attempt(key, request).await {
+                Ok(v) => return Ok(self.succeeded(key, attempt, v)),
+                Err(e) => tokio::time::sleep(self.after_failure(e, attempt, start)?).await,
             }
-        }))
+        }
     }
 
-    fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
-        Box::pin(self.run(key, move || self.inner.get(key)))
+    async fn checksums(&self, key: &ObjectKey) -> Result<StoreChecksums, StoreError> {
+        self.run(key, move || self.inner.checksums(key)).await
     }
 
-    fn get_fetched<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::Fetched> {
-        Box::pin(self.run(key, move || self.inner.get_fetched(key)))
-    }
-
-    fn checksums<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, super::StoreChecksums> {
-        Box::pin(self.run(key, move || self.inner.checksums(key)))
-    }
-
-    fn get_part_into<'a>(
-        &'a self,
-        key: &'a ObjectKey,
-        range: Range<u64>,
-        dest: &'a mut [u8],
-    ) -> StoreFuture<'a, super::EtagMd5s> {
-        Box::pin(async move {
-            // Every attempt fills the same bytes: a retry needs no buffer of its own. (Not
-            // `run`: its `Fn` op cannot lend `dest` to one attempt after another, and an
-            // `AsyncFnMut` op's future cannot be shown `Send` for every borrow.)
-            let start = Instant::now();
-            let mut attempt: u32 = 0;
-            loop {
-                attempt += 1;
-                let request = self.inner.get_part_into(key, range.clone(), &mut *dest);
-                match self.attempt(key, request).await {
-                    Ok(v) => return Ok(self.succeeded(key, attempt, v)),
-                    Err(e) => tokio::time::sleep(self.after_failure(e, attempt, start)?).await,
-                }
-            }
-        })
-    }
-
-    fn list<'a>(&'a self, prefix: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
+    async fn list(&self, prefix: Option<&ObjectKey>) -> Result<Vec<ObjectInfo>, StoreError> {
         // A listing has no single key; report errors against the prefix (or the root).
-        Box::pin(async move {
+        {
             let start = Instant::now();
             let mut attempt = 0;
             loop {
@@ -252,45 +246,45 @@ impl Store for ResilientStore {
                     }
                 }
             }
-        })
+        }
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::{demand_scope, urgency};
+    use crate::store::{demand_scope, urgency, StoreExt};
 
     /// One-byte objects; a GET of `slow` takes a minute.
     #[derive(Debug)]
     struct SlowKey;
 
+    #[async_trait::async_trait]
     impl Store for SlowKey {
         fn url_of(&self, key: &ObjectKey) -> String {
             format!("mem://{key}")
         }
-        fn head<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, ObjectInfo> {
-            Box::pin(async move {
-                Ok(ObjectInfo {
-                    key: key.clone(),
-                    size: 1,
-                    e_tag: None,
-                })
+        async fn head(&self, key: &ObjectKey) -> Result<ObjectInfo, StoreError> {
+            Ok(ObjectInfo {
+                key: key.clone(),
+                size: 1,
+                e_tag: None,
             })
         }
-        fn get_range<'a>(&'a self, key: &'a ObjectKey, _r: Range<u64>) -> StoreFuture<'a, Bytes> {
-            self.get(key)
-        }
-        fn get<'a>(&'a self, key: &'a ObjectKey) -> StoreFuture<'a, Bytes> {
-            Box::pin(async move {
-                if key.as_str() == "slow" {
-                    tokio::time::sleep(Duration::from_secs(60)).await;
-                }
-                Ok(Bytes::from_static(b"x"))
+        async fn get_opts(
+            &self,
+            key: &ObjectKey,
+            opts: GetOptions<'_>,
+        ) -> Result<Fetched, StoreError> {
+            if key.as_str() == "slow" {
+                tokio::time::sleep(Duration::from_secs(60)).await;
+            }
+            opts.answer(Fetched::plain(bytes::Bytes::from_static(b"x")), || {
+                self.url_of(key)
             })
         }
-        fn list<'a>(&'a self, _p: Option<&'a ObjectKey>) -> StoreFuture<'a, Vec<ObjectInfo>> {
-            Box::pin(async { Ok(Vec::new()) })
+        async fn list(&self, _p: Option<&ObjectKey>) -> Result<Vec<ObjectInfo>, StoreError> {
+            async { Ok(Vec::new()) }.await
         }
     }
 

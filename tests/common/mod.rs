@@ -54,10 +54,9 @@ pub fn shardfs_bin() -> PathBuf {
 
 pub mod emulators;
 pub mod moto;
-// The S3 server of the benchmarks (bench/s3_server/), run in process by `s3s_server`.
-#[path = "../../bench/s3_server/mod.rs"]
-pub mod loopback_s3;
-pub mod s3s_server;
+pub mod stores;
+// The loopback S3 server (run in process by the tests, as `bench-s3-server` by the benchmarks)
+// is in the dev-only test kit, `shardfs_testkit::s3`.
 
 /// Every fixture dataset folder under `fixtures()/mds`, sorted by name.
 pub fn mds_datasets() -> Vec<PathBuf> {
@@ -70,23 +69,24 @@ pub fn mds_datasets() -> Vec<PathBuf> {
     v
 }
 
-/// Every regular file under `dir`, as paths relative to it with `/` separators, sorted.
-pub fn files_under(dir: &std::path::Path) -> Vec<String> {
-    fn walk(root: &std::path::Path, d: &std::path::Path, out: &mut Vec<String>) {
-        for e in std::fs::read_dir(d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                walk(root, &p, out);
-            } else {
-                let rel = p.strip_prefix(root).unwrap();
-                out.push(rel.to_string_lossy().replace('\\', "/"));
-            }
-        }
+pub use shardfs_testkit::files_under;
+
+/// Store options that reach a [`FakeS3`](shardfs_testkit::s3::FakeS3) with its credentials.
+pub trait FakeS3Options {
+    /// The options (endpoint, region, credentials, quick retries).
+    fn options(&self) -> shardfs::store::StoreOptions;
+}
+
+impl FakeS3Options for shardfs_testkit::s3::FakeS3 {
+    fn options(&self) -> shardfs::store::StoreOptions {
+        let mut o = moto::s3_options(&self.endpoint);
+        o.credentials = Some(shardfs::store::StaticCredentials {
+            access_key_id: shardfs_testkit::s3::ACCESS_KEY.into(),
+            secret_access_key: shardfs_testkit::s3::SECRET_KEY.into(),
+            session_token: None,
+        });
+        o
     }
-    let mut out = Vec::new();
-    walk(dir, dir, &mut out);
-    out.sort();
-    out
 }
 
 /// Removes every hash from a parsed index.json, as MDSWriter's default `hashes=[]` writes it.

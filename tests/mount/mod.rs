@@ -1020,7 +1020,7 @@ fn a_later_epoch_reads_every_sample_from_the_page_cache() {
 
 #[test]
 fn a_file_sized_from_a_damaged_ranged_read_is_never_read_cut_or_padded() {
-    use crate::common::s3s_server::{FakeS3, ServerFault, ACCESS_KEY, SECRET_KEY};
+    use shardfs_testkit::s3::{FakeS3, ServerFault, ACCESS_KEY, SECRET_KEY};
     // Columns a (bytes), b (int), c (bytes), a and c of equal length: the byte a damaged
     // response flips (its middle) is the first byte of b, an int whose text then changes
     // length (5 -> 95): a wrong size that keeps the sample's structure.

@@ -3,7 +3,7 @@
 
 use super::{Expected, Mount};
 use crate::common::fixtures;
-use crate::common::s3s_server::{FakeS3, ServerFault, ACCESS_KEY, SECRET_KEY};
+use shardfs_testkit::s3::{FakeS3, ServerFault, ACCESS_KEY, SECRET_KEY};
 use std::time::{Duration, Instant};
 
 #[test]

@@ -1,6 +1,5 @@
-//! The benchmarks' S3 server (`bench/s3_server/`, built on the `s3s` crate) run in process
-//! for the tests: it verifies SigV4 (one access key), serves buckets of objects put in memory
-//! (GetObject with ranges, HeadObject, ListObjects with pagination), counts requests per key,
+//! The loopback S3 server (built on the `s3s` crate) run in process for the tests: it
+//! verifies SigV4 (one access key), serves buckets of objects put in memory (GetObject with ranges, HeadObject, ListObjects with pagination), counts requests per key,
 //! and injects faults by rule at the protocol level: 503 SlowDown, 500, dropped connections,
 //! bodies cut short (the advertised Content-Length is not met), corrupted bytes, latency and
 //! a bandwidth cap. The soak (`bench/soak.sh`) injects its faults at random through the same
@@ -8,17 +7,13 @@
 //!
 //! It runs on its own thread and runtime, so blocking clients in the test thread can use it.
 
-use super::loopback_s3::bucket::Buckets;
-pub use super::loopback_s3::bucket::EtagMode;
-use super::loopback_s3::faults::Faults;
-use super::loopback_s3::serve::{serve, Link};
-use super::loopback_s3::stats::Stats;
+use super::bucket::{Buckets, EtagMode};
+use super::faults::{Faults, ServerFault};
+use super::serve::{serve, Link};
+use super::stats::{Seen, Stats};
 use bytes::Bytes;
 use std::path::Path;
 use std::sync::Arc;
-
-pub use super::loopback_s3::faults::ServerFault;
-pub use super::loopback_s3::stats::Seen;
 
 /// The access key the server accepts.
 pub const ACCESS_KEY: &str = "shardfs-test-key";
@@ -77,7 +72,7 @@ impl FakeS3 {
 
     /// Stores every file under `dir` as `prefix/<relative path>`.
     pub fn put_dir(&self, bucket: &str, prefix: &str, dir: &Path) {
-        for rel in super::files_under(dir) {
+        for rel in crate::files_under(dir) {
             let key = if prefix.is_empty() {
                 rel.clone()
             } else {
@@ -106,16 +101,5 @@ impl FakeS3 {
     /// Sum of requests over all keys.
     pub fn seen_total(&self) -> Seen {
         self.buckets.stats.seen_total()
-    }
-
-    /// Options that reach this server with its credentials.
-    pub fn options(&self) -> shardfs::store::StoreOptions {
-        let mut o = super::moto::s3_options(&self.endpoint);
-        o.credentials = Some(shardfs::store::StaticCredentials {
-            access_key_id: ACCESS_KEY.into(),
-            secret_access_key: SECRET_KEY.into(),
-            session_token: None,
-        });
-        o
     }
 }
