@@ -60,7 +60,7 @@ impl BlockingStore {
         self.run(self.store.head(key))
     }
 
-    /// See [`Store::get_range`].
+    /// See [`StoreExt::get_range`].
     pub fn get_range(&self, key: &ObjectKey, range: Range<u64>) -> Result<Bytes, StoreError> {
         self.run(self.store.get_range(key, range))
     }
@@ -80,12 +80,12 @@ impl BlockingStore {
         })
     }
 
-    /// See [`Store::get`].
+    /// See [`StoreExt::get`].
     pub fn get(&self, key: &ObjectKey) -> Result<Bytes, StoreError> {
         self.run(self.store.get(key))
     }
 
-    /// See [`Store::get_fetched`].
+    /// See [`StoreExt::get_fetched`].
     pub fn get_fetched(&self, key: &ObjectKey) -> Result<super::Fetched, StoreError> {
         self.run(self.store.get_fetched(key))
     }
