@@ -5,7 +5,8 @@
 
 use serde_json::Value;
 
-fn escape(s: &str, out: &mut String) {
+/// A string as `json.dumps` writes it with `ensure_ascii` (quotes included), appended to `out`.
+pub(crate) fn escape(s: &str, out: &mut String) {
     out.push('"');
     for c in s.chars() {
         match c {

@@ -9,6 +9,7 @@
 //! [`dumps`] then writes `json.dumps(obj)`: separators `", "` and `": "`, `ensure_ascii`
 //! escapes, floats as `repr()`.
 
+use crate::mds::pyjson::escape;
 use crate::mds::render::float::f64_text;
 
 /// A JSON value as Python holds it after `json.loads`.
@@ -365,30 +366,6 @@ pub fn dumps(v: &PyValue, out: &mut String) {
             out.push('}');
         }
     }
-}
-
-/// A string as `json.dumps` writes it with `ensure_ascii`.
-fn escape(s: &str, out: &mut String) {
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            '\r' => out.push_str("\\r"),
-            '\t' => out.push_str("\\t"),
-            '\u{8}' => out.push_str("\\b"),
-            '\u{c}' => out.push_str("\\f"),
-            ' '..='~' => out.push(c),
-            c => {
-                let mut buf = [0u16; 2];
-                for unit in c.encode_utf16(&mut buf) {
-                    out.push_str(&format!("\\u{unit:04x}"));
-                }
-            }
-        }
-    }
-    out.push('"');
 }
 
 #[cfg(test)]
