@@ -2,12 +2,13 @@
 //! pre-shuffled, per-rank sample files (see `docs/` and the project README).
 //!
 //! Modules depend on each other in one direction only:
-//! `mds`, `order` (pure) ← `store` ← `cache` ← `readahead` ← `vfs` ← `fuse` ← `cli`.
+//! `mds`, `order` (pure) ← `store` ← `fetch` ← `cache` ← `readahead` ← `vfs` ← `fuse` ← `cli`.
 #![warn(missing_docs)]
 
 pub mod cache;
 pub mod cli;
 pub mod csi;
+pub mod fetch;
 pub mod fuse;
 pub mod latency;
 pub mod mds;

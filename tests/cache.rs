@@ -473,11 +473,22 @@ fn concurrent_gets_of_one_shard_download_it_once() {
     let st = cache.stats();
     assert_eq!(st.shards_fetched, 1);
     assert_eq!(st.disk_misses, 8);
-    // Prefetch is single-flighted with gets too.
-    cache.prefetch(3);
+    // The readahead's fetches are single-flighted with gets too.
+    let fetch = readahead_fetch(&cache, 3);
     let h = cache.get(3).unwrap();
     assert!(!h.is_empty());
+    assert!(fetch.join().unwrap().unwrap(), "the budget has room for it");
     assert_eq!(counting.for_key("shard.00003.mds").gets, 1);
+}
+
+/// What a fetch worker of the readahead does with a shard its plan wants: makes it resident
+/// when there is room now, on a thread of its own. Returns that thread.
+fn readahead_fetch(
+    cache: &Arc<ShardCache>,
+    shard: usize,
+) -> std::thread::JoinHandle<Result<bool, CacheError>> {
+    let cache = cache.clone();
+    std::thread::spawn(move || cache.ensure_if_room(shard))
 }
 
 #[test]
@@ -496,7 +507,7 @@ fn a_read_that_waited_on_a_failed_prefetch_fetches_the_shard_again() {
     );
     let budget = CacheOptions::default().verify_attempts;
     faulty.inject(Fault::Corrupt, Some(key), Some(u64::from(budget)));
-    cache.prefetch(0);
+    let fetch = readahead_fetch(&cache, 0);
     let started = std::time::Instant::now();
     while faulty.fired() == 0 {
         assert!(
@@ -509,6 +520,13 @@ fn a_read_that_waited_on_a_failed_prefetch_fetches_the_shard_again() {
         .get(0)
         .expect("a read fetches again when the fill it waited on failed");
     assert!(!h.is_empty());
+    assert!(
+        matches!(
+            fetch.join().unwrap(),
+            Err(CacheError::Corrupt { shard: 0, .. })
+        ),
+        "the readahead's own fetch failed"
+    );
     assert_eq!(counting.for_key(key).gets, u64::from(budget) + 1);
     let st = cache.stats();
     assert_eq!(
@@ -751,7 +769,7 @@ fn sizes_of_samples_whose_shard_is_on_its_way_wait_for_it_instead_of_ranged_gets
             Some(1),
         );
         let fired = faulty.fired();
-        cache.prefetch(shard);
+        let fetch = readahead_fetch(&cache, shard);
         let started = std::time::Instant::now();
         while faulty.fired() == fired {
             assert!(
@@ -777,6 +795,7 @@ fn sizes_of_samples_whose_shard_is_on_its_way_wait_for_it_instead_of_ranged_gets
             (0, 1),
             "shard {shard}: one download, no ranged reads beside it"
         );
+        assert!(fetch.join().unwrap().unwrap());
     }
 }
 
@@ -1494,21 +1513,21 @@ fn multipart_etags_check_the_bytes_for_the_usual_part_sizes() {
     };
     let at8 = etag(8 << 20);
     assert_eq!(
-        shardfs::cache::multipart_part_size(&data, &at8, 3, 0),
+        shardfs::fetch::multipart_part_size(&data, &at8, 3, 0),
         Some(8 << 20)
     );
     assert_eq!(
-        shardfs::cache::multipart_part_size(&data, &etag(5 << 20), 4, 0),
+        shardfs::fetch::multipart_part_size(&data, &etag(5 << 20), 4, 0),
         Some(5 << 20)
     );
     let mut damaged = data.clone();
     damaged[12345] ^= 1;
     assert_eq!(
-        shardfs::cache::multipart_part_size(&damaged, &at8, 3, 0),
+        shardfs::fetch::multipart_part_size(&damaged, &at8, 3, 0),
         None
     );
     // The wrong part count rules the size out.
-    assert_eq!(shardfs::cache::multipart_part_size(&data, &at8, 2, 0), None);
+    assert_eq!(shardfs::fetch::multipart_part_size(&data, &at8, 2, 0), None);
 }
 
 /// A store that reports each object's S3 multipart ETag (one part), as `aws s3 cp` gives

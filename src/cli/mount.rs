@@ -15,7 +15,7 @@ use std::process::{Command, Stdio};
 use anyhow::{bail, Context, Result};
 
 use super::daemon_record::{DaemonExit, DaemonRecord};
-use super::mount_setup::{self, MountConfig};
+use super::mount_setup::{self, is_mountpoint, MountConfig};
 
 /// Environment variable that carries the readiness pipe to the background child.
 const READY_FD_ENV: &str = "SHARDFS_READY_FD";
@@ -263,15 +263,4 @@ fn detach(p: &Path) -> Result<()> {
         );
     }
     Ok(())
-}
-
-/// Whether `p` is the mount point of a mounted filesystem (per /proc/self/mountinfo).
-pub(super) fn is_mountpoint(p: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
-    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    let target = abs.to_string_lossy().replace(' ', "\\040");
-    info.lines()
-        .any(|l| l.split(' ').nth(4) == Some(target.trim_end_matches('/')))
 }

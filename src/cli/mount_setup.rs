@@ -170,13 +170,24 @@ fn check_mountpoint(mnt: &Path) -> Result<()> {
         }
         Err(e) => bail!("mountpoint {}: {e}", mnt.display()),
     }
-    if super::mount::is_mountpoint(mnt) {
+    if is_mountpoint(mnt) {
         bail!(
             "mountpoint {} is busy: something is already mounted there",
             mnt.display()
         );
     }
     Ok(())
+}
+
+/// Whether `p` is the mount point of a mounted filesystem (per /proc/self/mountinfo).
+pub(super) fn is_mountpoint(p: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
+    let target = abs.to_string_lossy().replace(' ', "\\040");
+    info.lines()
+        .any(|l| l.split(' ').nth(4) == Some(target.trim_end_matches('/')))
 }
 
 fn check_dev_fuse() -> Result<()> {
@@ -287,7 +298,6 @@ fn cache_options(config: &MountConfig, cache_limit: Option<u64>, streams: u64) -
         cache_dir: config.cache_dir(),
         cache_limit,
         memory_limit,
-        prefetch_threads: 1,
         download_memory,
         ..CacheOptions::default()
     }
