@@ -2,7 +2,8 @@
 //! pre-shuffled, per-rank sample files (see `docs/` and the project README).
 //!
 //! Modules depend on each other in one direction only:
-//! `mds`, `order` (pure) ← `store` ← `fetch` ← `cache` ← `readahead` ← `vfs` ← `fuse` ← `cli`.
+//! `mds`, `order` (pure) ← `plan` (pure) and `store` ← `fetch` ← `cache` ← `readahead` ← `vfs`
+//! ← `fuse` ← `cli`.
 #![warn(missing_docs)]
 
 pub mod cache;
@@ -13,6 +14,7 @@ pub mod fuse;
 pub mod latency;
 pub mod mds;
 pub mod order;
+pub mod plan;
 pub mod readahead;
 pub mod store;
 pub mod vfs;

@@ -833,7 +833,7 @@ fn sizes_of_a_sole_variable_bytes_column_come_from_the_shard_header_alone() {
     let tmp = tempfile::tempdir().unwrap();
     let ds = image_dataset(tmp.path());
     let (_f, counting, dataset) = instrumented(&ds, &quick_store());
-    let index = (**dataset.index()).clone();
+    let index = dataset.index().clone();
     assert!(index.shards().len() >= 3, "several shards");
     let per_shard: Vec<u32> = index.shards().iter().map(|s| s.samples).collect();
     let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
@@ -841,7 +841,7 @@ fn sizes_of_a_sole_variable_bytes_column_come_from_the_shard_header_alone() {
     // Every image of shard 1, before the shard is read: one ranged GET (its header) in all.
     let first: u64 = u64::from(per_shard[0]);
     let images: Vec<u64> = (first..first + u64::from(per_shard[1]))
-        .map(|s| vfs.file_size(s, 0).unwrap())
+        .map(|s| vfs.file_size(&vfs.locate(s).unwrap(), 0).unwrap())
         .collect();
     let c = counting.for_key("shard.00001.mds");
     assert_eq!(
@@ -851,16 +851,21 @@ fn sizes_of_a_sole_variable_bytes_column_come_from_the_shard_header_alone() {
     );
     assert!(!cache.is_resident(1));
     // A label's text depends on its value: its size needs the sample's bytes (read twice).
-    let label = vfs.file_size(first, 1).unwrap();
+    let label = vfs.file_size(&vfs.locate(first).unwrap(), 1).unwrap();
     assert_eq!(counting.for_key("shard.00001.mds").range_gets, 4);
     // The sizes are those of the verified files.
     for (k, size) in images.iter().enumerate() {
         let s = first + k as u64;
-        let whole = vfs.read(s, 0, 0, u32::MAX).unwrap();
+        let whole = vfs.read(&vfs.locate(s).unwrap(), 0, 0, u32::MAX).unwrap();
         assert_eq!(whole.len() as u64, *size, "image of sample {s}");
         assert_eq!(whole.len(), 100 + 37 * s as usize, "image of sample {s}");
     }
-    assert_eq!(vfs.read(first, 1, 0, u32::MAX).unwrap().len() as u64, label);
+    assert_eq!(
+        vfs.read(&vfs.locate(first).unwrap(), 1, 0, u32::MAX)
+            .unwrap()
+            .len() as u64,
+        label
+    );
 }
 
 #[test]
@@ -869,7 +874,7 @@ fn a_shard_header_damaged_in_one_of_its_two_ranged_reads_is_outvoted_by_a_third(
     let tmp = tempfile::tempdir().unwrap();
     let ds = image_dataset(tmp.path());
     let (faulty, counting, dataset) = instrumented(&ds, &quick_store());
-    let index = (**dataset.index()).clone();
+    let index = dataset.index().clone();
     let per_shard: Vec<u32> = index.shards().iter().map(|s| s.samples).collect();
     let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
     let vfs = MdsDataset::new(vec![(index, Arc::new(CachedShards(cache.clone())))]);
@@ -878,7 +883,7 @@ fn a_shard_header_damaged_in_one_of_its_two_ranged_reads_is_outvoted_by_a_third(
     let first = u64::from(per_shard[0]);
     for s in first..first + u64::from(per_shard[1]) {
         assert_eq!(
-            vfs.file_size(s, 0).unwrap(),
+            vfs.file_size(&vfs.locate(s).unwrap(), 0).unwrap(),
             100 + 37 * s,
             "image of sample {s}"
         );
@@ -889,7 +894,7 @@ fn a_shard_header_damaged_in_one_of_its_two_ranged_reads_is_outvoted_by_a_third(
     // sample-count field, in an offset, so it is caught only if it breaks their order). The
     // verified bytes read afterwards are never affected:
     let s = first + u64::from(per_shard[1]);
-    let whole = vfs.read(s, 0, 0, u32::MAX).unwrap();
+    let whole = vfs.read(&vfs.locate(s).unwrap(), 0, 0, u32::MAX).unwrap();
     assert_eq!(whole.len() as u64, 100 + 37 * s);
 }
 
