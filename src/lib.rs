@@ -3,7 +3,7 @@
 //!
 //! Modules depend on each other in one direction only:
 //! `mds`, `order` (pure) ← `plan` (pure) and `store` ← `fetch` ← `cache` ← `readahead` ← `vfs`
-//! ← `fuse` ← `cli`.
+//! ← `fuse` ← `cli`; `status` (the typed status tree) sits between `cache` and `readahead`.
 #![warn(missing_docs)]
 
 pub mod cache;
@@ -16,5 +16,6 @@ pub mod mds;
 pub mod order;
 pub mod plan;
 pub mod readahead;
+pub mod status;
 pub mod store;
 pub mod vfs;

@@ -7,6 +7,7 @@
 use bytes::Bytes;
 
 pub use crate::plan::Location;
+use crate::status::StreamCacheStatus;
 
 /// One column as it appears in file names: `NNNNNNNN.{name}.{ext}`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -81,6 +82,6 @@ pub trait SampleSource: Send + Sync {
     fn can_read_now(&self, _at: &Location) -> bool {
         true
     }
-    /// Live counters of the store and cache for `status.json`.
-    fn status(&self) -> serde_json::Value;
+    /// Live counters of each stream's store and cache for `status.json`.
+    fn status(&self) -> Vec<StreamCacheStatus>;
 }
