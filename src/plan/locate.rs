@@ -127,12 +127,8 @@ mod tests {
 
     #[test]
     fn samples_and_shards_are_numbered_one_stream_after_the_other() {
-        let path = concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/tests/fixtures/mds/basic/index.json"
-        );
-        let bytes = std::fs::read(path).expect("fixture");
-        let index = Arc::new(Index::parse(&bytes).expect("index"));
+        let bytes = include_bytes!("../../tests/fixtures/mds/basic/index.json");
+        let index = Arc::new(Index::parse(bytes).expect("index"));
         let (n, k) = (index.num_samples(), index.shards().len() as u32);
         assert!(n > 1 && k > 1, "a fixture of several shards");
         let map = SampleMap::new(vec![index.clone(), index.clone()]);
