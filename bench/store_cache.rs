@@ -142,7 +142,7 @@ fn verify_only(server: &FakeS3, shards: usize, parallel: bool) -> Duration {
         let ts: Vec<_> = (0..shards)
             .map(|s| {
                 let d = dataset.clone();
-                std::thread::spawn(move || d.fetch_shard(s, 1).unwrap().len())
+                std::thread::spawn(move || d.fetcher().fetch_shard(s, 1).unwrap().len())
             })
             .collect();
         for t in ts {
@@ -150,7 +150,7 @@ fn verify_only(server: &FakeS3, shards: usize, parallel: bool) -> Duration {
         }
     } else {
         for s in 0..shards {
-            dataset.fetch_shard(s, 1).unwrap();
+            dataset.fetcher().fetch_shard(s, 1).unwrap();
         }
     }
     start.elapsed()
@@ -165,7 +165,6 @@ fn open_cache(server: &FakeS3, dir: &std::path::Path, io: IoMode) -> Arc<ShardCa
             cache_dir: dir.to_path_buf(),
             io,
             memory_limit: 0,
-            prefetch_threads: 8,
             ..Default::default()
         },
     )

@@ -477,11 +477,22 @@ fn concurrent_gets_of_one_shard_download_it_once() {
     let st = cache.stats();
     assert_eq!(st.shards_fetched, 1);
     assert_eq!(st.disk_misses, 8);
-    // Prefetch is single-flighted with gets too.
-    cache.prefetch(3);
+    // The readahead's fetches are single-flighted with gets too.
+    let fetch = readahead_fetch(&cache, 3);
     let h = cache.get(3).unwrap();
     assert!(!h.is_empty());
+    assert!(fetch.join().unwrap().unwrap(), "the budget has room for it");
     assert_eq!(counting.for_key("shard.00003.mds").gets, 1);
+}
+
+/// What a fetch worker of the readahead does with a shard its plan wants: makes it resident
+/// when there is room now, on a thread of its own. Returns that thread.
+fn readahead_fetch(
+    cache: &Arc<ShardCache>,
+    shard: usize,
+) -> std::thread::JoinHandle<Result<bool, CacheError>> {
+    let cache = cache.clone();
+    std::thread::spawn(move || cache.ensure_if_room(shard))
 }
 
 #[test]
@@ -500,7 +511,7 @@ fn a_read_that_waited_on_a_failed_prefetch_fetches_the_shard_again() {
     );
     let budget = CacheOptions::default().verify_attempts;
     faulty.inject(Fault::Corrupt, Some(key), Some(u64::from(budget)));
-    cache.prefetch(0);
+    let fetch = readahead_fetch(&cache, 0);
     let started = std::time::Instant::now();
     while faulty.fired() == 0 {
         assert!(
@@ -513,6 +524,13 @@ fn a_read_that_waited_on_a_failed_prefetch_fetches_the_shard_again() {
         .get(0)
         .expect("a read fetches again when the fill it waited on failed");
     assert!(!h.is_empty());
+    assert!(
+        matches!(
+            fetch.join().unwrap(),
+            Err(CacheError::Corrupt { shard: 0, .. })
+        ),
+        "the readahead's own fetch failed"
+    );
     assert_eq!(counting.for_key(key).gets, u64::from(budget) + 1);
     let st = cache.stats();
     assert_eq!(
@@ -755,7 +773,7 @@ fn sizes_of_samples_whose_shard_is_on_its_way_wait_for_it_instead_of_ranged_gets
             Some(1),
         );
         let fired = faulty.fired();
-        cache.prefetch(shard);
+        let fetch = readahead_fetch(&cache, shard);
         let started = std::time::Instant::now();
         while faulty.fired() == fired {
             assert!(
@@ -781,6 +799,7 @@ fn sizes_of_samples_whose_shard_is_on_its_way_wait_for_it_instead_of_ranged_gets
             (0, 1),
             "shard {shard}: one download, no ranged reads beside it"
         );
+        assert!(fetch.join().unwrap().unwrap());
     }
 }
 
@@ -818,7 +837,7 @@ fn sizes_of_a_sole_variable_bytes_column_come_from_the_shard_header_alone() {
     let tmp = tempfile::tempdir().unwrap();
     let ds = image_dataset(tmp.path());
     let (_f, counting, dataset) = instrumented(&ds, &quick_store());
-    let index = (**dataset.index()).clone();
+    let index = dataset.index().clone();
     assert!(index.shards().len() >= 3, "several shards");
     let per_shard: Vec<u32> = index.shards().iter().map(|s| s.samples).collect();
     let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
@@ -826,7 +845,7 @@ fn sizes_of_a_sole_variable_bytes_column_come_from_the_shard_header_alone() {
     // Every image of shard 1, before the shard is read: one ranged GET (its header) in all.
     let first: u64 = u64::from(per_shard[0]);
     let images: Vec<u64> = (first..first + u64::from(per_shard[1]))
-        .map(|s| vfs.file_size(s, 0).unwrap())
+        .map(|s| vfs.file_size(&vfs.locate(s).unwrap(), 0).unwrap())
         .collect();
     let c = counting.for_key("shard.00001.mds");
     assert_eq!(
@@ -836,16 +855,21 @@ fn sizes_of_a_sole_variable_bytes_column_come_from_the_shard_header_alone() {
     );
     assert!(!cache.is_resident(1));
     // A label's text depends on its value: its size needs the sample's bytes (read twice).
-    let label = vfs.file_size(first, 1).unwrap();
+    let label = vfs.file_size(&vfs.locate(first).unwrap(), 1).unwrap();
     assert_eq!(counting.for_key("shard.00001.mds").range_gets, 4);
     // The sizes are those of the verified files.
     for (k, size) in images.iter().enumerate() {
         let s = first + k as u64;
-        let whole = vfs.read(s, 0, 0, u32::MAX).unwrap();
+        let whole = vfs.read(&vfs.locate(s).unwrap(), 0, 0, u32::MAX).unwrap();
         assert_eq!(whole.len() as u64, *size, "image of sample {s}");
         assert_eq!(whole.len(), 100 + 37 * s as usize, "image of sample {s}");
     }
-    assert_eq!(vfs.read(first, 1, 0, u32::MAX).unwrap().len() as u64, label);
+    assert_eq!(
+        vfs.read(&vfs.locate(first).unwrap(), 1, 0, u32::MAX)
+            .unwrap()
+            .len() as u64,
+        label
+    );
 }
 
 #[test]
@@ -854,7 +878,7 @@ fn a_shard_header_damaged_in_one_of_its_two_ranged_reads_is_outvoted_by_a_third(
     let tmp = tempfile::tempdir().unwrap();
     let ds = image_dataset(tmp.path());
     let (faulty, counting, dataset) = instrumented(&ds, &quick_store());
-    let index = (**dataset.index()).clone();
+    let index = dataset.index().clone();
     let per_shard: Vec<u32> = index.shards().iter().map(|s| s.samples).collect();
     let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
     let vfs = MdsDataset::new(vec![(index, Arc::new(CachedShards(cache.clone())))]);
@@ -863,7 +887,7 @@ fn a_shard_header_damaged_in_one_of_its_two_ranged_reads_is_outvoted_by_a_third(
     let first = u64::from(per_shard[0]);
     for s in first..first + u64::from(per_shard[1]) {
         assert_eq!(
-            vfs.file_size(s, 0).unwrap(),
+            vfs.file_size(&vfs.locate(s).unwrap(), 0).unwrap(),
             100 + 37 * s,
             "image of sample {s}"
         );
@@ -874,7 +898,7 @@ fn a_shard_header_damaged_in_one_of_its_two_ranged_reads_is_outvoted_by_a_third(
     // sample-count field, in an offset, so it is caught only if it breaks their order). The
     // verified bytes read afterwards are never affected:
     let s = first + u64::from(per_shard[1]);
-    let whole = vfs.read(s, 0, 0, u32::MAX).unwrap();
+    let whole = vfs.read(&vfs.locate(s).unwrap(), 0, 0, u32::MAX).unwrap();
     assert_eq!(whole.len() as u64, 100 + 37 * s);
 }
 
@@ -1438,21 +1462,21 @@ fn multipart_etags_check_the_bytes_for_the_usual_part_sizes() {
     };
     let at8 = etag(8 << 20);
     assert_eq!(
-        shardfs::cache::multipart_part_size(&data, &at8, 3, 0),
+        shardfs::fetch::multipart_part_size(&data, &at8, 3, 0),
         Some(8 << 20)
     );
     assert_eq!(
-        shardfs::cache::multipart_part_size(&data, &etag(5 << 20), 4, 0),
+        shardfs::fetch::multipart_part_size(&data, &etag(5 << 20), 4, 0),
         Some(5 << 20)
     );
     let mut damaged = data.clone();
     damaged[12345] ^= 1;
     assert_eq!(
-        shardfs::cache::multipart_part_size(&damaged, &at8, 3, 0),
+        shardfs::fetch::multipart_part_size(&damaged, &at8, 3, 0),
         None
     );
     // The wrong part count rules the size out.
-    assert_eq!(shardfs::cache::multipart_part_size(&data, &at8, 2, 0), None);
+    assert_eq!(shardfs::fetch::multipart_part_size(&data, &at8, 2, 0), None);
 }
 
 /// A store that reports each whole object's S3 multipart ETag (one part), as `aws s3 cp`

@@ -269,6 +269,34 @@ fn trim_idle(st: &mut BudgetState, limit: u64, incoming: u64) -> Vec<AlignedBuf>
     out
 }
 
+/// Frees the kept buffers of `budget` unused for [`IDLE_BUFFER_LIFETIME`], every third of
+/// it, on a thread of its own, so an idle mount gives that memory back. The thread ends when
+/// the returned handle is dropped (or the budget is gone).
+pub fn free_idle_in_background(budget: &Arc<DownloadBudget>) -> IdleFreeing {
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    let weak: Weak<DownloadBudget> = Arc::downgrade(budget);
+    let spawned = std::thread::Builder::new()
+        .name("shardfs-free-idle".into())
+        .spawn(move || {
+            while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
+                stopped.recv_timeout(IDLE_BUFFER_LIFETIME / 3)
+            {
+                let Some(budget) = weak.upgrade() else { return };
+                budget.free_idle(IDLE_BUFFER_LIFETIME);
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!(error = %e, "cannot start the thread that frees idle download buffers");
+    }
+    IdleFreeing { _stop: stop }
+}
+
+/// Keeps the thread of [`free_idle_in_background`] running while it lives.
+#[derive(Debug)]
+pub struct IdleFreeing {
+    _stop: std::sync::mpsc::Sender<()>,
+}
+
 impl DownloadPermit<'_> {
     /// A buffer of `len` bytes for this permit's download: the smallest kept buffer that is
     /// large enough, else fresh zeroed memory. Up to `len` of the permit's bytes go with
@@ -313,6 +341,7 @@ impl Drop for DownloadPermit<'_> {
 }
 
 impl DownloadBuffer {
+    #[cfg(test)]
     /// A buffer of `len` zeroed bytes that belongs to no budget (freed when dropped).
     pub fn unkept(len: usize) -> Self {
         Self {
@@ -333,6 +362,12 @@ impl std::ops::Deref for DownloadBuffer {
 impl std::ops::DerefMut for DownloadBuffer {
     fn deref_mut(&mut self) -> &mut [u8] {
         &mut self.data
+    }
+}
+
+impl AsMut<[u8]> for DownloadBuffer {
+    fn as_mut(&mut self) -> &mut [u8] {
+        self
     }
 }
 

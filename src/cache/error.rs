@@ -2,6 +2,7 @@
 //!
 //! It is `Clone` because single flight hands one fill's outcome to every waiter.
 
+use crate::fetch::FetchError;
 use crate::store::StoreError;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -103,6 +104,28 @@ impl CacheError {
             op,
             path: path.into(),
             source: Arc::new(source),
+        }
+    }
+}
+
+impl From<FetchError> for CacheError {
+    /// The same error as the cache names it (the messages are the same).
+    fn from(e: FetchError) -> Self {
+        match e {
+            FetchError::Store(e) => CacheError::Store(e),
+            FetchError::Corrupt {
+                shard,
+                file,
+                reason,
+            } => CacheError::Corrupt {
+                shard,
+                file,
+                reason,
+            },
+            FetchError::NoSuchShard { shard, shards } => CacheError::NoSuchShard { shard, shards },
+            FetchError::OutOfRange { shard, file, what } => {
+                CacheError::OutOfRange { shard, file, what }
+            }
         }
     }
 }

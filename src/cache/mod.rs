@@ -1,9 +1,15 @@
 //! `cache`: shard bytes on local disk within a byte budget, with a memory tier in front.
 //!
+//! The cache keeps the tiers (disk, memory), one download per shard, the download budget and
+//! eviction; getting a shard's bytes from the store, checked and decompressed, is `fetch`'s
+//! job (a [`crate::fetch::Fetcher`] per dataset), which downloads into buffers of this
+//! cache's download budget.
+//!
 //! Why it is shaped this way:
-//! - **A reader never sees a partial shard.** A fill downloads the stored file, checks its
-//!   size and its cheapest known hash from index.json (re-downloading on mismatch), decompresses
-//!   it to exactly the raw size, checks the header against the index, writes a temp file and
+//! - **A reader never sees a partial shard.** A fill has the fetcher download the stored file,
+//!   check its size and its cheapest known hash from index.json (re-downloading on mismatch),
+//!   decompress it to exactly the raw size and check the header against the index; then it
+//!   writes a temp file and
 //!   renames it into place, with its xxh3 recorded beside it. Corrupt or short data never
 //!   reaches `shards/`; the write is not fsynced (the read path does not wait for the disk),
 //!   and a file torn by a crash fails its xxh3 when adopted and is fetched again. See
@@ -37,18 +43,18 @@
 mod dataset;
 mod download_budget;
 mod error;
-mod etag_digest;
 mod io;
 mod layout;
 mod memory;
 mod options;
 mod policy;
 mod preload;
+mod preloader;
 pub mod process_memory;
 mod shard_cache;
 mod stats;
 
-pub use dataset::{multipart_part_size, Dataset, DatasetId, INDEX_JSON};
+pub use dataset::{Dataset, DatasetId, INDEX_JSON};
 pub use error::CacheError;
 pub use layout::LAYOUT_VERSION;
 pub use options::{default_cache_dir, CacheOptions, IoMode};

@@ -34,8 +34,6 @@ pub struct CacheOptions {
     pub direct_io: bool,
     /// Depth of the io_uring submission queue.
     pub uring_depth: u32,
-    /// Threads that run `prefetch` fills.
-    pub prefetch_threads: usize,
     /// Downloads of one shard attempted when its bytes fail verification (after a download
     /// in parts, the later ones are part-by-part repairs, so they cost little).
     pub verify_attempts: u32,
@@ -62,7 +60,6 @@ impl Default for CacheOptions {
             io: IoMode::Auto,
             direct_io: true,
             uring_depth: 64,
-            prefetch_threads: 4,
             verify_attempts: 5,
             download_memory: 128 << 20,
             download_loan: 0,

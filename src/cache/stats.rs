@@ -90,18 +90,16 @@ mod unlimited_is_null {
 
 #[derive(Debug, Default)]
 pub(crate) struct Counters {
-    pub bytes_fetched: AtomicU64,
     pub shards_fetched: AtomicU64,
-    pub ranged_fetches: AtomicU64,
     pub memory_hits: AtomicU64,
     pub memory_misses: AtomicU64,
     pub disk_hits: AtomicU64,
     pub disk_misses: AtomicU64,
     pub evictions: AtomicU64,
     pub fill_failures: AtomicU64,
+    /// Cached files that failed their xxh3 (downloads that failed their checks are the
+    /// fetcher's).
     pub verify_failures: AtomicU64,
-    pub repaired_downloads: AtomicU64,
-    pub parts_refetched: AtomicU64,
     pub disk_write_failures: AtomicU64,
     pub advised: AtomicU64,
     pub preloaded: AtomicU64,

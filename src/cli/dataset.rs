@@ -30,6 +30,6 @@ impl Dataset {
     /// The stored bytes of sample `i` of shard `shard`: two ranged reads (header, sample)
     /// for an uncompressed shard, the whole verified and decompressed shard otherwise.
     pub fn sample(&self, shard: usize, i: u32) -> Result<Bytes> {
-        Ok(self.inner.fetch_sample(shard, i)?)
+        Ok(self.inner.fetcher().fetch_sample(shard, i)?)
     }
 }

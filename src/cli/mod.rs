@@ -14,6 +14,7 @@ pub mod metrics;
 mod mount;
 mod mount_options;
 mod mount_setup;
+mod mountinfo;
 mod order;
 pub mod ordering;
 mod pack;

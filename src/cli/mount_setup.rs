@@ -3,19 +3,21 @@
 //! vfs → FUSE session.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 
 use anyhow::{bail, Context, Result};
 
+use super::mountinfo::is_mountpoint;
 use super::ordering::{OrderingArgs, StreamArg};
 use super::store_args::StoreArgs;
 use crate::cache::{CacheOptions, Dataset, ShardCache};
 use crate::fuse::{self, FuseOptions, Mounted};
 use crate::mds;
-use crate::order::{Planner, StreamSpec};
-use crate::readahead::{FurthestNextUse, OrderSource, Readahead, ReadaheadOptions};
+use crate::order::{OrderError, Planner, StreamSpec};
+use crate::plan::{NextUse, OrderCache, OrderSource, MIN_KEEP_EPOCHS};
+use crate::readahead::{CachedStreams, FurthestNextUse, Readahead, ReadaheadOptions};
 use crate::store::StoreOptions;
-use crate::vfs::{CachedShards, MdsDataset, ShardStore, Vfs, VfsConfig};
+use crate::vfs::{CachedShards, MdsDataset, Vfs, VfsConfig};
 
 /// Every option of `shardfs mount` except `--foreground` and `-o`.
 #[derive(Debug, clap::Args)]
@@ -236,7 +238,7 @@ fn check_mountpoint(mnt: &Path) -> Result<()> {
         }
         Err(e) => bail!("mountpoint {}: {e}", mnt.display()),
     }
-    if super::mount::is_mountpoint(mnt) {
+    if is_mountpoint(mnt) {
         bail!(
             "mountpoint {} is busy: something is already mounted there",
             mnt.display()
@@ -276,9 +278,9 @@ fn which(cmd: &str) -> Option<PathBuf> {
 
 /// One stream opened: its index, the raw index.json bytes and its shard cache.
 struct OpenedStream {
-    index: mds::Index,
+    index: Arc<mds::Index>,
     index_json: Vec<u8>,
-    shards: Arc<dyn ShardStore>,
+    cache: Arc<ShardCache>,
 }
 
 /// Connections a mount opens to its store at most: two per shard fetch in flight.
@@ -353,7 +355,6 @@ fn cache_options(config: &MountConfig, cache_limit: Option<u64>, streams: u64) -
         cache_dir: config.cache_dir(),
         cache_limit,
         memory_limit,
-        prefetch_threads: 1,
         download_memory,
         ..CacheOptions::default()
     }
@@ -363,14 +364,14 @@ fn open_stream(
     config: &MountConfig,
     source: &str,
     opts: CacheOptions,
-    readahead: Arc<OnceLock<Weak<Readahead>>>,
+    next_use: Arc<NextUse>,
     first_shard: u32,
 ) -> Result<OpenedStream> {
     let dataset = Dataset::load(source, &store_options(config))
         .with_context(|| format!("cannot read index.json of {source}"))?;
-    let index = (**dataset.index()).clone();
+    let index = dataset.index().clone();
     let index_json = dataset.index_bytes().to_vec();
-    let policy = Arc::new(FurthestNextUse::new(readahead, first_shard));
+    let policy = Arc::new(FurthestNextUse::new(next_use, first_shard));
     let cache =
         ShardCache::open_with_policy(Arc::new(dataset), opts, policy).with_context(|| {
             format!(
@@ -381,7 +382,7 @@ fn open_stream(
     Ok(OpenedStream {
         index,
         index_json,
-        shards: Arc::new(CachedShards(cache)),
+        cache,
     })
 }
 
@@ -390,21 +391,17 @@ fn open_vfs(config: &MountConfig) -> Result<(Arc<Vfs>, u64)> {
     let resolved = config.ordering.resolve(config.source())?;
     let streams = resolved.streams.len().max(1) as u64;
     let per_stream_limit = config.cache_limit.map(|l| l / streams);
-    // The readahead exists only once every stream's cache is open; the eviction policies
-    // reach it through this slot.
-    let slot: Arc<OnceLock<Weak<Readahead>>> = Arc::new(OnceLock::new());
+    // The plan's next-use table: the readahead's planner fills it, every stream's eviction
+    // policy reads it.
+    let next_use = Arc::new(NextUse::new());
     let mut opened = Vec::new();
     let mut first_shard = 0u32;
-    let mut stream_starts = Vec::new();
     for s in &resolved.streams {
-        if first_shard > 0 {
-            stream_starts.push(first_shard);
-        }
         let o = open_stream(
             config,
             &s.source,
             cache_options(config, per_stream_limit, streams),
-            slot.clone(),
+            next_use.clone(),
             first_shard,
         )?;
         first_shard += o.index.shards().len() as u32;
@@ -442,29 +439,42 @@ fn open_vfs(config: &MountConfig) -> Result<(Arc<Vfs>, u64)> {
         .first()
         .map(|o| o.index_json.clone())
         .unwrap_or_default();
+    let caches: Vec<Arc<ShardCache>> = opened.iter().map(|o| o.cache.clone()).collect();
     let dataset = Arc::new(MdsDataset::new(
-        opened.into_iter().map(|o| (o.index, o.shards)).collect(),
+        opened
+            .into_iter()
+            .map(|o| {
+                let store: Arc<dyn crate::vfs::ShardStore> = Arc::new(CachedShards(o.cache));
+                (o.index, store)
+            })
+            .collect(),
+    ));
+    let map = dataset.map().clone();
+    let orders = Arc::new(OrderCache::new(
+        Box::new(PlannerOrders { planner, node }),
+        MIN_KEEP_EPOCHS,
     ));
     // Readahead may cover most of the disk budget; without a limit, a generous window.
     let budget = config.cache_limit.map(|l| l / 10 * 8).unwrap_or(8 << 30);
     let readahead = Arc::new(Readahead::new(
-        Box::new(PlannerOrders { planner, node }),
-        dataset.clone(),
+        orders.clone(),
+        next_use,
+        Arc::new(CachedStreams::new(map.clone(), caches)),
         global_ranks.len(),
         ReadaheadOptions {
             budget_bytes: budget,
             max_fetches: config.fetch_concurrency,
-            stream_starts,
+            stream_starts: map.stream_starts(),
             // `--epochs N` (N > 1) says how many epochs the job reads; the default of 1
             // says nothing, so readahead then runs into the next epoch as usual.
             last_epoch: (config.epochs > 1).then(|| first_epoch + config.epochs - 1),
             ..Default::default()
         },
     ));
-    let _ = slot.set(Arc::downgrade(&readahead));
     let vfs = Vfs::new(
         dataset,
         readahead,
+        orders,
         index_json,
         VfsConfig {
             global_ranks,
@@ -516,10 +526,8 @@ struct PlannerOrders {
 }
 
 impl OrderSource for PlannerOrders {
-    fn node_orders(&self, epoch: u64) -> Result<Vec<Vec<u64>>, String> {
-        self.planner
-            .node_orders(epoch, self.node)
-            .map_err(|e| e.to_string())
+    fn node_orders(&self, epoch: u64) -> Result<Vec<Vec<u64>>, OrderError> {
+        self.planner.node_orders(epoch, self.node)
     }
 }
 

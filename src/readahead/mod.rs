@@ -26,7 +26,8 @@
 //! first, deduplicated (a shard in flight is not asked for again), and bounded by
 //! [`ReadaheadOptions::max_fetches`] worker threads. Because every rank's window is planned
 //! against the same resident set, a shard read by several ranks in one epoch is fetched once
-//! while it stays cached; the cache's eviction asks [`Readahead::next_use`] and drops the
+//! while it stays cached; the planner writes each shard's next use into the plan's
+//! [`NextUse`] table, and the cache's eviction reads it there and drops the
 //! resident, unpinned shard whose next use is furthest away (Belady's rule, which is optimal
 //! when the future is known; L. A. Belady, "A study of replacement algorithms for a
 //! virtual-storage computer", IBM Systems Journal 5(2), 1966). Past its window each rank's walk
@@ -45,17 +46,22 @@
 //! A read whose shard was not resident when it arrived had to wait for a fetch: the caller
 //! reports it with [`Readahead::record_stall`], and `status.json` shows the count and time.
 
-mod orders;
+mod advise;
+mod cached;
+mod cursor;
 mod policy;
+mod status;
+mod walk;
 
-pub use orders::{EpochOrders, OrderCache, OrderSource, RankOrder, MIN_KEEP_EPOCHS};
+pub use cached::CachedStreams;
 pub use policy::FurthestNextUse;
 
 use crate::cache::{Advice, CacheError};
-use crate::status::{RankStatus, ReadaheadStatus};
+use crate::plan::{NextUse, OrderCache, PlanError, RankOrder};
+use cursor::Cursor;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
+use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -81,23 +87,6 @@ pub const ADVISE_STEP: u64 = 32;
 /// Unread positions at most this far behind the cursor are still planned for (slower workers
 /// will read them); further back, a position is taken as skipped.
 pub const MAX_SPREAD: u64 = JUMP_BACK;
-
-/// Errors of the readahead module.
-#[derive(Debug, thiserror::Error)]
-#[non_exhaustive]
-pub enum ReadaheadError {
-    /// The sampling plan of an epoch could not be computed.
-    #[error("cannot compute the order of epoch {epoch}: {why}")]
-    Order {
-        /// The epoch.
-        epoch: u64,
-        /// Why.
-        why: String,
-    },
-    /// A local rank this node does not serve.
-    #[error("local rank {0} is not served by this node")]
-    NoSuchRank(usize),
-}
 
 /// What the scheduler needs from the shard cache.
 pub trait ShardSource: Send + Sync {
@@ -131,9 +120,6 @@ pub struct ReadaheadOptions {
     /// stream). Each stream's cache has its own share of the limit, so the window covers at
     /// most `budget_bytes / streams` of each stream's shards.
     pub stream_starts: Vec<u32>,
-    /// Epochs whose orders are kept in memory (at least [`MIN_KEEP_EPOCHS`]; epochs a reader
-    /// is in are kept beyond it).
-    pub keep_epochs: usize,
     /// The last epoch the job will read, when known: walks stop at its end instead of
     /// fetching the first shards of an epoch nobody reads.
     pub last_epoch: Option<u64>,
@@ -146,140 +132,12 @@ impl Default for ReadaheadOptions {
             max_fetches: 8,
             max_lookahead: 1 << 20,
             stream_starts: Vec::new(),
-            keep_epochs: MIN_KEEP_EPOCHS,
             last_epoch: None,
         }
     }
 }
 
 const NO_POSITION: u64 = u64::MAX;
-
-/// One served rank's reader, as seen from its reads.
-struct Cursor {
-    epoch: AtomicU64,
-    position: AtomicU64,
-    planned_at: AtomicU64,
-    /// Positions the cursor may move before the next plan (from the last window's length).
-    replan_step: AtomicU64,
-    reads: AtomicU64,
-    bytes: AtomicU64,
-    /// Positions of the current epoch read or opened so far, one bit each (grown on demand).
-    read: RwLock<Vec<AtomicU64>>,
-    /// No position below this one is still to be read (kept by the planner).
-    low: AtomicU64,
-    first_read: OnceLock<Instant>,
-    /// When the current epoch's first read came and at which position (for samples/s).
-    epoch_start: Mutex<Option<(u64, Instant, u64)>>,
-    /// The first position not advised yet, as (epoch, position); kept by the planner.
-    advised: Mutex<(u64, u64)>,
-    /// Position of the cursor's epoch up to which advice reaches (`u64::MAX` when it
-    /// reaches into the next epoch): the reads compare against it without a lock.
-    advised_to: AtomicU64,
-    /// Set by a read when the advice runs short, cleared by the planner.
-    advice_due: std::sync::atomic::AtomicBool,
-}
-
-impl Cursor {
-    fn new() -> Self {
-        Self {
-            epoch: AtomicU64::new(0),
-            position: AtomicU64::new(NO_POSITION),
-            planned_at: AtomicU64::new(NO_POSITION),
-            replan_step: AtomicU64::new(REPLAN_STEP),
-            reads: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-            read: RwLock::new(Vec::new()),
-            low: AtomicU64::new(0),
-            first_read: OnceLock::new(),
-            epoch_start: Mutex::new(None),
-            advised: Mutex::new((0, 0)),
-            advised_to: AtomicU64::new(0),
-            advice_due: std::sync::atomic::AtomicBool::new(false),
-        }
-    }
-
-    /// Forgets what was read: the reader starts over at `position`.
-    fn restart_at(&self, position: u64) {
-        let map = self.read.write().unwrap_or_else(|e| e.into_inner());
-        for w in map.iter() {
-            w.store(0, Relaxed);
-        }
-        self.low.store(position, Relaxed);
-    }
-
-    /// Records that `position` was read.
-    fn mark_read(&self, position: u64) {
-        if position < self.low.load(Relaxed) {
-            return;
-        }
-        let Ok(word) = usize::try_from(position / 64) else {
-            return;
-        };
-        let bit = 1u64 << (position % 64);
-        {
-            let map = self.read.read().unwrap_or_else(|e| e.into_inner());
-            if let Some(w) = map.get(word) {
-                w.fetch_or(bit, Relaxed);
-                return;
-            }
-        }
-        let mut map = self.read.write().unwrap_or_else(|e| e.into_inner());
-        if map.len() <= word {
-            let len = word
-                .saturating_add(1)
-                .max(map.len().saturating_mul(2))
-                .max(64);
-            map.resize_with(len, || AtomicU64::new(0));
-        }
-        if let Some(w) = map.get(word) {
-            w.fetch_or(bit, Relaxed);
-        }
-    }
-
-    /// Which positions in `from..to` were read, as a bitmap starting at `from` (positions
-    /// below `low` count as read).
-    fn read_between(&self, from: u64, to: u64) -> ShardSet {
-        let low = self.low.load(Relaxed);
-        let map = self.read.read().unwrap_or_else(|e| e.into_inner());
-        let mut out = ShardSet::default();
-        for p in from..to {
-            let done = p < low
-                || usize::try_from(p / 64)
-                    .ok()
-                    .and_then(|w| map.get(w))
-                    .is_some_and(|w| w.load(Relaxed) & (1 << (p % 64)) != 0);
-            if done {
-                if let Ok(i) = u32::try_from(p - from) {
-                    out.insert(i);
-                }
-            }
-        }
-        out
-    }
-
-    /// Moves `low` up past the positions read, but never further back than [`MAX_SPREAD`]
-    /// behind the cursor `pos`; returns it.
-    fn advance_low(&self, pos: u64) -> u64 {
-        let mut low = self.low.load(Relaxed).max(pos.saturating_sub(MAX_SPREAD));
-        {
-            let map = self.read.read().unwrap_or_else(|e| e.into_inner());
-            while low < pos {
-                let Some(w) = usize::try_from(low / 64).ok().and_then(|w| map.get(w)) else {
-                    break;
-                };
-                let rest = w.load(Relaxed) >> (low % 64);
-                let run = u64::from((!rest).trailing_zeros()).min(64 - low % 64);
-                if run == 0 {
-                    break;
-                }
-                low += run;
-            }
-        }
-        let low = low.min(pos);
-        self.low.fetch_max(low, Relaxed);
-        self.low.load(Relaxed)
-    }
-}
 
 #[derive(Default)]
 struct Queue {
@@ -307,14 +165,15 @@ struct Plan {
 }
 
 struct Inner {
-    orders: OrderCache,
+    orders: Arc<OrderCache>,
     shards: Arc<dyn ShardSource>,
     cursors: Vec<Cursor>,
     opts: ReadaheadOptions,
     queue: Mutex<Queue>,
     wake_planner: Condvar,
     wake_fetchers: Condvar,
-    next_use: RwLock<HashMap<u32, u64>>,
+    /// The plan's next-use table, which this scheduler's planner keeps and eviction reads.
+    next_use: Arc<NextUse>,
     stalls: AtomicU64,
     stall_ns: AtomicU64,
     prefetches: AtomicU64,
@@ -339,22 +198,24 @@ pub struct Readahead {
 }
 
 impl Readahead {
-    /// Starts the scheduler for `ranks` local ranks.
+    /// Starts the scheduler for `ranks` local ranks, walking the rank orders of `orders`
+    /// and keeping `next_use` (the plan's table, which eviction reads) up to date.
     pub fn new(
-        orders: Box<dyn OrderSource>,
+        orders: Arc<OrderCache>,
+        next_use: Arc<NextUse>,
         shards: Arc<dyn ShardSource>,
         ranks: usize,
         opts: ReadaheadOptions,
     ) -> Self {
         let inner = Arc::new(Inner {
-            orders: OrderCache::new(orders, opts.keep_epochs),
+            orders,
             shards,
             cursors: (0..ranks).map(|_| Cursor::new()).collect(),
             opts: opts.clone(),
             queue: Mutex::new(Queue::default()),
             wake_planner: Condvar::new(),
             wake_fetchers: Condvar::new(),
-            next_use: RwLock::new(HashMap::new()),
+            next_use,
             stalls: AtomicU64::new(0),
             stall_ns: AtomicU64::new(0),
             prefetches: AtomicU64::new(0),
@@ -392,7 +253,7 @@ impl Readahead {
     }
 
     /// The order of local rank `rank` in `epoch` (computed on first use, cached for a few epochs).
-    pub fn order(&self, epoch: u64, rank: usize) -> Result<RankOrder, ReadaheadError> {
+    pub fn order(&self, epoch: u64, rank: usize) -> Result<RankOrder, PlanError> {
         self.inner.orders.rank(epoch, rank)
     }
 
@@ -487,11 +348,12 @@ impl Readahead {
     /// past it (see [`BEYOND_WINDOWS`]); `u64::MAX` when no rank's walk met it. Eviction drops
     /// the largest first.
     pub fn next_use(&self, shard: u32) -> u64 {
-        self.inner
-            .next_use
-            .read()
-            .map(|m| m.get(&shard).copied().unwrap_or(u64::MAX))
-            .unwrap_or(u64::MAX)
+        self.inner.next_use.get(shard)
+    }
+
+    /// The next-use table this scheduler keeps (the one handed to it).
+    pub fn next_use_table(&self) -> &Arc<NextUse> {
+        &self.inner.next_use
     }
 
     /// Makes the planner plan again at the cursors as they are now (tests: the planner runs
@@ -523,75 +385,6 @@ impl Readahead {
                 return false;
             }
             std::thread::sleep(Duration::from_millis(5));
-        }
-    }
-
-    /// Live counters for `status.json`.
-    pub fn status(&self) -> ReadaheadStatus {
-        let i = &self.inner;
-        let ranks = i
-            .cursors
-            .iter()
-            .enumerate()
-            .map(|(n, c)| {
-                let pos = c.position.load(Relaxed);
-                let bytes = c.bytes.load(Relaxed);
-                let reads = c.reads.load(Relaxed);
-                let secs = c
-                    .first_read
-                    .get()
-                    .map(|t| t.elapsed().as_secs_f64())
-                    .unwrap_or(0.0);
-                let epoch_rate = match *c.epoch_start.lock().unwrap_or_else(|e| e.into_inner()) {
-                    Some((_, at, from))
-                        if pos != NO_POSITION && at.elapsed().as_secs_f64() > 0.0 =>
-                    {
-                        ((pos.saturating_sub(from) + 1) as f64 / at.elapsed().as_secs_f64() * 10.0)
-                            .round()
-                            / 10.0
-                    }
-                    _ => 0.0,
-                };
-                let started = pos != NO_POSITION;
-                RankStatus {
-                    local_rank: n as u64,
-                    epoch: c.epoch.load(Relaxed),
-                    cursor: started.then_some(pos),
-                    lowest_unread: started.then(|| c.low.load(Relaxed)),
-                    requests: reads,
-                    bytes_read: bytes,
-                    bytes_per_second: if secs > 0.0 {
-                        (bytes as f64 / secs).round()
-                    } else {
-                        0.0
-                    },
-                    requests_per_second: if secs > 0.0 {
-                        (reads as f64 / secs * 10.0).round() / 10.0
-                    } else {
-                        0.0
-                    },
-                    samples_per_second: epoch_rate,
-                    epoch_samples: None,
-                }
-            })
-            .collect();
-        let (pending, in_flight) = {
-            let q = i.queue.lock().unwrap_or_else(|e| e.into_inner());
-            (q.pending.len(), q.in_flight.len())
-        };
-        ReadaheadStatus {
-            stalls: i.stalls.load(Relaxed),
-            stall_seconds: i.stall_ns.load(Relaxed) as f64 / 1e9,
-            prefetches: i.prefetches.load(Relaxed),
-            prefetches_for_next_epoch: i.prefetches_for_later_epoch.load(Relaxed),
-            prefetched_bytes_for_next_epoch: i.prefetched_bytes_for_later_epoch.load(Relaxed),
-            prefetch_errors: i.prefetch_errors.load(Relaxed),
-            plans: i.plans.load(Relaxed),
-            window_shards: i.window_shards.load(Relaxed),
-            samples_advised: i.advised.load(Relaxed),
-            fetches_pending: pending as u64,
-            fetches_in_flight: in_flight as u64,
-            ranks,
         }
     }
 }
@@ -637,9 +430,7 @@ impl Inner {
                 wanted,
                 later,
             } = self.plan();
-            if let Ok(mut m) = self.next_use.write() {
-                *m = next_use;
-            }
+            self.next_use.replace(next_use);
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             let pending: VecDeque<u32> = wanted
                 .into_iter()
@@ -657,288 +448,6 @@ impl Inner {
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.advising = false;
             q.advice_done = q.advice_done.max(asked);
-        }
-    }
-
-    /// Keeps the samples of the next [`ADVISE_AHEAD`] positions of every rank advised (into
-    /// the page cache, where their shards are on disk), each position once, continuing into
-    /// the next epoch near the end of one. Cheap: a few lookups and one `posix_fadvise` per
-    /// position, so it runs more often than a plan.
-    ///
-    /// When the room for samples read ahead runs out ([`Advice::Full`]), the ranks after the
-    /// one that filled it get nothing in that pass; the next pass starts with the rank after
-    /// the one that filled it, so on a node of many ranks no rank keeps the room to itself
-    /// (also when the others had no position yet when it filled the room).
-    fn advise(&self) {
-        let ranks = self.cursors.len();
-        let first = (self.advise_first.load(Relaxed) as usize).min(ranks.saturating_sub(1));
-        // The last rank in this pass that got advice until the room ran out.
-        let mut filled_by = None;
-        for r in (first..ranks).chain(0..first) {
-            let c = &self.cursors[r];
-            c.advice_due.store(false, Relaxed);
-            let pos = c.position.load(Relaxed);
-            if pos == NO_POSITION {
-                continue;
-            }
-            let epoch = c.epoch.load(Relaxed);
-            let mut mark = c.advised.lock().unwrap_or_else(|e| e.into_inner());
-            // Positions in the cursor's epoch (for the distance to the next one's).
-            let mut epoch_len = None;
-            let mut len_of_epoch = || {
-                *epoch_len.get_or_insert_with(|| {
-                    self.orders
-                        .epoch(epoch)
-                        .ok()
-                        .and_then(|o| o.get(r).map(|o| o.len() as u64))
-                        .unwrap_or(0)
-                })
-            };
-            // A mark the last pass left (one past its last position) or nearer.
-            let near = |ahead: u64| ahead <= ADVISE_AHEAD + 1;
-            let (mut e, mut p) = match *mark {
-                (e, p) if e == epoch && p > pos && near(p - pos) => (e, p),
-                (e, p)
-                    if e == epoch.saturating_add(1)
-                        && near(len_of_epoch().saturating_sub(pos).saturating_add(p)) =>
-                {
-                    (e, p)
-                }
-                _ => (epoch, pos.saturating_add(1)),
-            };
-            let mut orders: Option<(u64, Option<RankOrder>)> = None;
-            let (mut full, mut started) = (false, false);
-            loop {
-                let ahead = if e == epoch {
-                    p.saturating_sub(pos)
-                } else {
-                    // Positions left in the cursor's epoch, then those of the next one.
-                    len_of_epoch().saturating_sub(pos).saturating_add(p)
-                };
-                if ahead > ADVISE_AHEAD || e > epoch.saturating_add(1) {
-                    break;
-                }
-                if self.opts.last_epoch.is_some_and(|last| e > last) {
-                    break;
-                }
-                if orders.as_ref().is_none_or(|(oe, _)| *oe != e) {
-                    let o = self.orders.epoch(e).ok().and_then(|o| o.get(r).cloned());
-                    orders = Some((e, o));
-                }
-                let Some((_, Some(order))) = &orders else {
-                    break;
-                };
-                let Some(sample) = usize::try_from(p).ok().and_then(|i| order.get(i)) else {
-                    e += 1;
-                    p = 0;
-                    continue;
-                };
-                match self.shards.advise(sample) {
-                    Advice::Started => {
-                        self.advised.fetch_add(1, Relaxed);
-                        started = true;
-                    }
-                    Advice::Skipped => {}
-                    // This position again on the next pass.
-                    Advice::Full => {
-                        full = true;
-                        break;
-                    }
-                }
-                p += 1;
-            }
-            *mark = (e, p);
-            // When full, the next pass comes after as many reads as a full window's would
-            // (not on the next read), from where this one stopped.
-            let to = if full {
-                pos.saturating_add(ADVISE_AHEAD)
-            } else if e == epoch {
-                p
-            } else {
-                u64::MAX
-            };
-            c.advised_to.store(to, Relaxed);
-            if full && started {
-                filled_by = Some(r);
-            }
-        }
-        // A pass in which no rank got advice keeps the order: its first rank was not served.
-        if let Some(r) = filled_by {
-            self.advise_first.store(((r + 1) % ranks) as u64, Relaxed);
-        }
-    }
-
-    /// Walks every rank's order from its cursor; returns each shard's next use and the shards
-    /// to fetch, nearest first.
-    ///
-    /// Each epoch's orders are looked up once per plan (not once per rank), and the epochs
-    /// readers are in are marked so the order cache never drops them. The window is bounded
-    /// twice: each rank's walk by its share of the budget (so one rank cannot take it all) and
-    /// all walks together by one running total of distinct shards per stream, stopping at the
-    /// stream's share of the budget, so the plan never covers more than the budget (nor any
-    /// stream's cache more than its part), however many ranks there are. A rank whose first
-    /// shard alone is larger than its share may still take it, if the total allows.
-    fn plan(&self) -> Plan {
-        let ranks = self.cursors.len().max(1) as u64;
-        let budget = self.opts.budget_bytes;
-        let per_rank = budget / ranks;
-        let starts = &self.opts.stream_starts;
-        let per_stream = budget / (starts.len() as u64 + 1);
-        let stream_of = |shard: u32| starts.partition_point(|&f| f <= shard);
-        let mut next_use = ShardDistances::default();
-        let in_use: HashSet<u64> = self
-            .cursors
-            .iter()
-            .filter(|c| c.position.load(Relaxed) != NO_POSITION)
-            .flat_map(|c| {
-                let e = c.epoch.load(Relaxed);
-                [e, e.saturating_add(1)]
-            })
-            .collect();
-        self.orders.set_in_use(in_use);
-        let mut epochs: HashMap<u64, Option<EpochOrders>> = HashMap::new();
-        // Past the window, the walk goes on for eviction only: later uses of shards outside
-        // the window, so the cache drops the one needed last, not the least recently used
-        // of all those the window does not reach (a shard just finished this epoch is
-        // recent, one whose samples come back after the window is not).
-        let mut beyond = ShardDistances::default();
-        let mut planned = ShardSet::default();
-        let mut totals = vec![0u64; starts.len() + 1];
-        let mut full = vec![false; starts.len() + 1];
-        for (r, c) in self.cursors.iter().enumerate() {
-            let pos = c.position.load(Relaxed);
-            if pos == NO_POSITION {
-                continue;
-            }
-            let epoch = c.epoch.load(Relaxed);
-            c.planned_at.store(pos, Relaxed);
-            let mut seen = ShardSet::default();
-            let mut bytes = 0u64;
-            // The walk starts at the lowest position still to be read (slower workers) or
-            // BACK_MARGIN behind the cursor, whichever is further back. Positions read are
-            // passed over (their shards are kept while recent and resident); `distance`
-            // counts the positions still to be read.
-            let low = c.advance_low(pos);
-            let start0 = low.min(pos.saturating_sub(BACK_MARGIN));
-            let read = c.read_between(start0, pos.saturating_add(1));
-            let mut walked = 0u64;
-            let mut distance = 0u64;
-            let mut start = start0;
-            // Set once the window is full: the rest of the walk only records `beyond`.
-            let mut window_end: Option<u64> = None;
-            let mut beyond_bytes = 0u64;
-            let mut beyond_seen = ShardSet::default();
-            let end = match self.opts.last_epoch {
-                Some(last) => last
-                    .saturating_add(1)
-                    .clamp(epoch + 1, epoch.saturating_add(2)),
-                None => epoch.saturating_add(2),
-            };
-            'epochs: for e in epoch..end {
-                let orders = epochs
-                    .entry(e)
-                    .or_insert_with(|| self.orders.epoch(e).ok())
-                    .clone();
-                let Some(order) = orders.and_then(|o| o.get(r).cloned()) else {
-                    break;
-                };
-                let from = usize::try_from(start).unwrap_or(usize::MAX);
-                for sample in order.iter_from(from) {
-                    let here = walked;
-                    walked += 1;
-                    // Only positions up to the cursor count: one opened ahead of it (a listing
-                    // with `stat`) is still to be read.
-                    let done = e == epoch
-                        && u32::try_from(here).is_ok_and(|i| read.contains(i))
-                        && start0.saturating_add(here) <= pos;
-                    let Some(shard) = self.shards.shard_of(sample) else {
-                        continue;
-                    };
-                    if done {
-                        // Read already: a worker may still be reading its other files.
-                        if start0.saturating_add(here).saturating_add(BACK_MARGIN) >= pos
-                            && self.shards.is_resident(shard)
-                        {
-                            next_use.at_most(shard, 0, false);
-                        }
-                        continue;
-                    }
-                    if window_end.is_some() {
-                        if !beyond_seen.contains(shard) {
-                            beyond_bytes =
-                                beyond_bytes.saturating_add(self.shards.shard_bytes(shard));
-                            if beyond_bytes > per_rank.saturating_mul(BEYOND_WINDOWS) {
-                                break 'epochs;
-                            }
-                            beyond_seen.insert(shard);
-                        }
-                        beyond.at_most(shard, distance, e > epoch);
-                        distance += 1;
-                        if distance > self.opts.max_lookahead {
-                            break 'epochs;
-                        }
-                        continue;
-                    }
-                    if !seen.contains(shard) {
-                        let size = self.shards.shard_bytes(shard);
-                        if !seen.is_empty() && bytes.saturating_add(size) > per_rank {
-                            window_end = Some(distance);
-                            beyond.at_most(shard, distance, e > epoch);
-                            distance += 1;
-                            continue;
-                        }
-                        if !planned.contains(shard) {
-                            let stream = stream_of(shard);
-                            let (Some(total), Some(is_full)) =
-                                (totals.get_mut(stream), full.get_mut(stream))
-                            else {
-                                break 'epochs;
-                            };
-                            if *is_full || total.saturating_add(size) > per_stream {
-                                // This stream's share is covered: plan none of its later
-                                // shards, but keep walking for the other streams.
-                                *is_full = true;
-                                if full.iter().all(|&f| f) {
-                                    window_end = Some(distance);
-                                }
-                                beyond.at_most(shard, distance, e > epoch);
-                                distance += 1;
-                                continue;
-                            }
-                            *total = total.saturating_add(size);
-                            planned.insert(shard);
-                        }
-                        bytes = bytes.saturating_add(size);
-                        seen.insert(shard);
-                    }
-                    next_use.at_most(shard, distance, e > epoch);
-                    distance += 1;
-                    if distance > self.opts.max_lookahead {
-                        break 'epochs;
-                    }
-                }
-                start = 0;
-            }
-            let window = window_end.unwrap_or(distance);
-            c.replan_step
-                .store((window / REPLAN_FRACTION).max(REPLAN_STEP), Relaxed);
-        }
-        let later = next_use.later_epoch();
-        let next_use = next_use.into_map();
-        let mut wanted: Vec<(u64, u32)> = next_use
-            .iter()
-            .filter(|(s, _)| !self.shards.is_resident(**s))
-            .map(|(s, d)| (*d, *s))
-            .collect();
-        wanted.sort_unstable();
-        // For eviction: the window's distances, and past it the later uses it does not cover.
-        let mut evict_order = beyond.into_map();
-        evict_order.extend(next_use.iter().map(|(s, d)| (*s, *d)));
-        self.window_shards.store(next_use.len() as u64, Relaxed);
-        Plan {
-            next_use: evict_order,
-            wanted: wanted.into_iter().map(|(_, s)| s).collect(),
-            later,
         }
     }
 
@@ -980,73 +489,6 @@ impl Inner {
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.in_flight.remove(&shard);
         }
-    }
-}
-
-/// A set of shard ids as a bitmap: a plan asks it once per walked position, so it must cost
-/// less than hashing.
-#[derive(Default)]
-struct ShardSet(Vec<u64>);
-
-impl ShardSet {
-    fn is_empty(&self) -> bool {
-        self.0.iter().all(|&w| w == 0)
-    }
-
-    fn contains(&self, shard: u32) -> bool {
-        let i = shard as usize;
-        self.0.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
-    }
-
-    fn insert(&mut self, shard: u32) {
-        let i = shard as usize;
-        if self.0.len() <= i / 64 {
-            self.0.resize(i / 64 + 1, 0);
-        }
-        if let Some(w) = self.0.get_mut(i / 64) {
-            *w |= 1 << (i % 64);
-        }
-    }
-}
-
-/// Each shard's smallest distance so far, indexed by shard id (`u64::MAX`: not met), and
-/// whether that nearest use is in a later epoch than its rank's current one.
-#[derive(Default)]
-struct ShardDistances(Vec<(u64, bool)>);
-
-impl ShardDistances {
-    /// Lowers `shard`'s distance to `d` if it is larger; `later`: that use is in a later
-    /// epoch than the rank's.
-    fn at_most(&mut self, shard: u32, d: u64, later: bool) {
-        let i = shard as usize;
-        if self.0.len() <= i {
-            self.0.resize(i + 1, (u64::MAX, false));
-        }
-        if let Some(x) = self.0.get_mut(i) {
-            if d < x.0 {
-                *x = (d, later);
-            }
-        }
-    }
-
-    /// The shards whose nearest use is in a later epoch than their rank's.
-    fn later_epoch(&self) -> HashSet<u32> {
-        self.0
-            .iter()
-            .enumerate()
-            .filter(|(_, (d, later))| *later && *d != u64::MAX)
-            .map(|(s, _)| s as u32)
-            .collect()
-    }
-
-    /// The shards met, with their distances.
-    fn into_map(self) -> HashMap<u32, u64> {
-        self.0
-            .into_iter()
-            .enumerate()
-            .filter(|(_, (d, _))| *d != u64::MAX)
-            .map(|(s, (d, _))| (s as u32, d))
-            .collect()
     }
 }
 

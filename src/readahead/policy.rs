@@ -1,15 +1,16 @@
-//! Furthest-next-use eviction for the shard cache, from the readahead plan.
+//! Furthest-next-use eviction for the shard cache, from the plan's next-use table (which the
+//! readahead's planner keeps).
 
-use std::sync::{Arc, OnceLock, Weak};
+use std::sync::Arc;
 
-use super::Readahead;
 use crate::cache::{EvictionContext, EvictionPolicy};
+use crate::plan::NextUse;
 
 /// Evicts the unpinned shard whose next planned use is furthest away (never planned = first),
 /// least recently used among equals. One instance per stream: `first_shard` turns the
 /// stream's shard numbers into the node's global shard numbers.
 pub struct FurthestNextUse {
-    readahead: Arc<OnceLock<Weak<Readahead>>>,
+    next_use: Arc<NextUse>,
     first_shard: u32,
 }
 
@@ -22,11 +23,10 @@ impl std::fmt::Debug for FurthestNextUse {
 }
 
 impl FurthestNextUse {
-    /// A policy that asks the readahead set into `readahead` once it exists (until then it
-    /// behaves as LRU).
-    pub fn new(readahead: Arc<OnceLock<Weak<Readahead>>>, first_shard: u32) -> Self {
+    /// A policy that reads `next_use` (until a plan fills it, it behaves as LRU).
+    pub fn new(next_use: Arc<NextUse>, first_shard: u32) -> Self {
         Self {
-            readahead,
+            next_use,
             first_shard,
         }
     }
@@ -38,15 +38,11 @@ impl EvictionPolicy for FurthestNextUse {
     /// than the one it brings in, else it is refused (fetching now would cost a refetch of
     /// the victim before the incoming shard is even read).
     fn choose_victim(&self, ctx: &EvictionContext<'_>) -> Option<usize> {
-        let ra = self.readahead.get().and_then(Weak::upgrade);
         let next_use = |shard: usize| {
-            let global = u32::try_from(shard)
+            u32::try_from(shard)
                 .ok()
-                .and_then(|s| s.checked_add(self.first_shard));
-            match (&ra, global) {
-                (Some(r), Some(g)) => r.next_use(g),
-                _ => u64::MAX,
-            }
+                .and_then(|s| s.checked_add(self.first_shard))
+                .map_or(u64::MAX, |g| self.next_use.get(g))
         };
         let (victim, victim_next) = ctx
             .candidates
@@ -54,11 +50,7 @@ impl EvictionPolicy for FurthestNextUse {
             .filter(|c| !ctx.pinned.contains(&c.shard) && c.shard != ctx.incoming)
             .map(|c| (c, next_use(c.shard)))
             .max_by_key(|(c, next)| (*next, std::cmp::Reverse(c.last_use)))?;
-        if ctx.prefetch
-            && ra.is_some()
-            && victim_next != u64::MAX
-            && victim_next <= next_use(ctx.incoming)
-        {
+        if ctx.prefetch && victim_next != u64::MAX && victim_next <= next_use(ctx.incoming) {
             return None;
         }
         Some(victim.shard)

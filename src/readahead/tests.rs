@@ -1,6 +1,8 @@
 //! The scheduler with a counting shard source.
 
 use super::*;
+use crate::order::OrderError;
+use crate::plan::{OrderSource, MIN_KEEP_EPOCHS};
 use std::sync::atomic::AtomicU64;
 use std::sync::OnceLock;
 
@@ -49,7 +51,7 @@ impl ShardSource for Counting {
 struct Fixed(Vec<Vec<u64>>, Arc<AtomicU64>);
 
 impl OrderSource for Fixed {
-    fn node_orders(&self, _epoch: u64) -> Result<Vec<Vec<u64>>, String> {
+    fn node_orders(&self, _epoch: u64) -> Result<Vec<Vec<u64>>, OrderError> {
         self.1.fetch_add(1, Relaxed);
         Ok(self.0.clone())
     }
@@ -84,7 +86,12 @@ fn setup_counting(
     });
     let ranks = orders.len();
     let ra = Readahead::new(
-        Box::new(Fixed(orders, computed.clone())),
+        // Two epochs asked for: the order cache keeps at least three.
+        Arc::new(OrderCache::new(
+            Box::new(Fixed(orders, computed.clone())),
+            2,
+        )),
+        Arc::new(NextUse::new()),
         src.clone(),
         ranks,
         ReadaheadOptions {
@@ -92,7 +99,6 @@ fn setup_counting(
             max_fetches: 2,
             max_lookahead: 1 << 20,
             stream_starts,
-            keep_epochs: 2,
             last_epoch: None,
         },
     );
@@ -259,8 +265,7 @@ fn eviction_drops_the_shard_needed_furthest_away_never_a_pinned_one() {
     ra.on_read(0, 0, 0);
     settle(&ra);
     let ra = Arc::new(ra);
-    let slot = Arc::new(OnceLock::new());
-    let policy = FurthestNextUse::new(slot.clone(), 0);
+    let policy = FurthestNextUse::new(Arc::new(NextUse::new()), 0);
     let cand = |shard: usize, last_use: u64| Candidate {
         shard,
         bytes: 100,
@@ -276,9 +281,9 @@ fn eviction_drops_the_shard_needed_furthest_away_never_a_pinned_one() {
         limit: 500,
         prefetch: false,
     };
-    // Before the readahead is known: least recently used among the unplanned.
+    // Before any plan: least recently used among the unplanned.
     assert_eq!(policy.choose_victim(&ctx(&[])), Some(2));
-    let _ = slot.set(Arc::downgrade(&ra));
+    let policy = FurthestNextUse::new(ra.next_use_table().clone(), 0);
     // 8 and 9 are not planned (no next use): the older of them goes first.
     assert_eq!(policy.choose_victim(&ctx(&[])), Some(9));
     assert_eq!(
@@ -297,9 +302,7 @@ fn a_prefetch_never_evicts_a_shard_needed_no_later_than_itself() {
     ra.on_read(0, 0, 0);
     settle(&ra);
     let ra = Arc::new(ra);
-    let slot = Arc::new(OnceLock::new());
-    let _ = slot.set(Arc::downgrade(&ra));
-    let policy = FurthestNextUse::new(slot, 0);
+    let policy = FurthestNextUse::new(ra.next_use_table().clone(), 0);
     let cand = |shard: usize| Candidate {
         shard,
         bytes: 100,
@@ -404,7 +407,11 @@ fn the_walk_stops_at_the_last_epoch_the_job_reads() {
             room: Mutex::new(None),
         });
         let ra = Readahead::new(
-            Box::new(Fixed(vec![(0..100).collect()], computed)),
+            Arc::new(OrderCache::new(
+                Box::new(Fixed(vec![(0..100).collect()], computed)),
+                MIN_KEEP_EPOCHS,
+            )),
+            Arc::new(NextUse::new()),
             src.clone(),
             1,
             ReadaheadOptions {

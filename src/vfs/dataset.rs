@@ -1,20 +1,20 @@
 //! The mounted dataset: one or more MDS streams behind the shard cache, seen as global
-//! sample ids with column files ([`SampleSource`]) and shards ([`ShardSource`]).
+//! sample ids with column files ([`SampleSource`]).
 //!
 //! Global sample ids number the streams' samples one stream after the other, as
-//! StreamingDataset does; global shard numbers do the same for shards. A read is arithmetic
-//! plus table look-ups: sample → (stream, shard, index) by binary search over shard ends, then
-//! the shard header's offsets and the column sizes give the column's bytes, which `mds::render`
-//! turns into the file's bytes.
+//! StreamingDataset does; the plan's [`SampleMap`] locates a sample (stream, shard, index) by
+//! binary search over shard ends, once per read; then the shard header's offsets and the
+//! column sizes give the column's bytes, which `mds::render` turns into the file's bytes. The
+//! readahead does not come through here: it reaches the caches directly.
 
 use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::source::{ColumnFile, SampleSource, SourceError};
-use crate::cache::{Advice, CacheError, ShardCache};
+use super::source::{ColumnFile, Location, SampleSource, SourceError};
+use crate::cache::{CacheError, ShardCache};
 use crate::mds;
-use crate::readahead::ShardSource;
+use crate::plan::SampleMap;
 use crate::status::StreamCacheStatus;
 
 /// Samples of one stream's shards: what the vfs needs from the cache.
@@ -31,24 +31,12 @@ pub trait ShardStore: Send + Sync {
     fn sample_len_for_size(&self, _shard: usize, _i: u32) -> Result<Option<u64>, CacheError> {
         Ok(None)
     }
-    /// Makes the shard resident without keeping it pinned (blocks).
-    fn ensure(&self, shard: usize) -> Result<(), CacheError>;
-    /// For readahead: like [`ShardStore::ensure`], but returns at once (fetching nothing)
-    /// instead of waiting when the cache has no room now.
-    fn prefetch(&self, shard: usize) -> Result<(), CacheError> {
-        self.ensure(shard)
-    }
     /// Whether the shard can be read now without waiting for the store.
     fn is_resident(&self, shard: usize) -> bool;
     /// Whether sample `i` of the shard can be read now without waiting for the store (the
     /// shard resident, or the sample held in memory).
     fn can_read_now(&self, shard: usize, _i: u32) -> bool {
         self.is_resident(shard)
-    }
-    /// For readahead: starts loading sample `i` of a resident shard from local disk into
-    /// memory (the page cache, or samples read ahead); never blocks.
-    fn advise(&self, _shard: usize, _i: u32) -> Advice {
-        Advice::Skipped
     }
     /// Live counters for `status.json`.
     fn status(&self) -> StreamCacheStatus;
@@ -72,23 +60,11 @@ impl ShardStore for CachedShards {
     fn sample_len_for_size(&self, shard: usize, i: u32) -> Result<Option<u64>, CacheError> {
         self.0.sample_len(shard, i).map(Some)
     }
-    fn ensure(&self, shard: usize) -> Result<(), CacheError> {
-        self.0.ensure(shard)
-    }
-    fn prefetch(&self, shard: usize) -> Result<(), CacheError> {
-        if !self.0.ensure_if_room(shard)? {
-            tracing::debug!(shard, "readahead skipped: no room in the cache now");
-        }
-        Ok(())
-    }
     fn is_resident(&self, shard: usize) -> bool {
         self.0.is_resident(shard)
     }
     fn can_read_now(&self, shard: usize, i: u32) -> bool {
         self.0.can_read_now(shard, i)
-    }
-    fn advise(&self, shard: usize, i: u32) -> Advice {
-        self.0.advise_sample(shard, i)
     }
     fn source(&self) -> String {
         self.0.dataset().id().source.clone()
@@ -103,12 +79,9 @@ impl ShardStore for CachedShards {
     }
 }
 
-/// One stream of the mount.
+/// One stream of the mount: its shards and their column files.
 pub struct Stream {
-    index: mds::Index,
     shards: Arc<dyn ShardStore>,
-    first_sample: u64,
-    first_shard: u32,
     /// Column files and encodings per shard (shards of one writer share them; kept per shard
     /// since the format allows differences).
     columns: Vec<Arc<(Vec<ColumnFile>, Vec<mds::Encoding>)>>,
@@ -116,16 +89,15 @@ pub struct Stream {
 
 /// All streams of the mount, in global-id order.
 pub struct MdsDataset {
+    map: Arc<SampleMap>,
     streams: Vec<Stream>,
-    num_samples: u64,
 }
 
 impl MdsDataset {
     /// Builds the dataset from each stream's index and shard store, in stream order.
-    pub fn new(parts: Vec<(mds::Index, Arc<dyn ShardStore>)>) -> Self {
-        let mut streams = Vec::new();
-        let mut first_sample = 0u64;
-        let mut first_shard = 0u32;
+    pub fn new(parts: Vec<(Arc<mds::Index>, Arc<dyn ShardStore>)>) -> Self {
+        let mut indexes = Vec::with_capacity(parts.len());
+        let mut streams = Vec::with_capacity(parts.len());
         for (index, shards) in parts {
             let mut columns: Vec<Arc<(Vec<ColumnFile>, Vec<mds::Encoding>)>> = Vec::new();
             for s in index.shards() {
@@ -144,68 +116,39 @@ impl MdsDataset {
                     _ => columns.push(Arc::new((files, encs))),
                 }
             }
-            let n = index.num_samples();
-            let k = index.shards().len() as u32;
-            streams.push(Stream {
-                index,
-                shards,
-                first_sample,
-                first_shard,
-                columns,
-            });
-            first_sample += n;
-            first_shard += k;
+            indexes.push(index);
+            streams.push(Stream { shards, columns });
         }
         Self {
+            map: Arc::new(SampleMap::new(indexes)),
             streams,
-            num_samples: first_sample,
         }
     }
 
-    /// (stream, shard in stream, sample in shard) of a global sample id.
-    fn locate(&self, sample: u64) -> Option<(&Stream, usize, u32)> {
-        let k = self
-            .streams
-            .partition_point(|s| s.first_sample <= sample)
-            .checked_sub(1)?;
-        let stream = self.streams.get(k)?;
-        let (shard, i) = stream.index.locate(sample - stream.first_sample)?;
-        Some((stream, shard, i))
+    /// Where the samples and shards of every stream are (the plan's numbering).
+    pub fn map(&self) -> &Arc<SampleMap> {
+        &self.map
     }
 
-    /// Shards of every stream together (global shard numbers are `0..num_shards`).
-    fn num_shards(&self) -> usize {
-        self.streams
-            .last()
-            .map_or(0, |s| s.first_shard as usize + s.index.shards().len())
+    /// The stream, and its shard's index entry, of a located sample.
+    fn entry(&self, at: &Location) -> Option<(&Stream, &mds::ShardEntry)> {
+        let stream = self.streams.get(at.stream)?;
+        let entry = self.map.index(at.stream)?.shards().get(at.shard)?;
+        Some((stream, entry))
     }
 
-    fn stream_of_shard(&self, shard: u32) -> Option<(&Stream, usize)> {
-        let k = self
-            .streams
-            .partition_point(|s| s.first_shard <= shard)
-            .checked_sub(1)?;
-        let stream = self.streams.get(k)?;
-        let local = (shard - stream.first_shard) as usize;
-        (local < stream.index.shards().len()).then_some((stream, local))
-    }
-
-    /// Calls `f` with the stored bytes of column `column` of `sample` (a view of the cached
-    /// sample, no copy) and its encoding; `for_size` allows a ranged read instead of a
+    /// Calls `f` with the stored bytes of column `column` of the sample `at` (a view of the
+    /// cached sample, no copy) and its encoding; `for_size` allows a ranged read instead of a
     /// whole-shard fetch.
     fn with_column<T>(
         &self,
-        sample: u64,
+        at: &Location,
         column: u32,
         for_size: bool,
         f: impl Fn(&mds::Encoding, &Bytes) -> Result<T, mds::MdsError>,
     ) -> Result<T, SourceError> {
-        let (stream, shard, i) = self.locate(sample).ok_or(SourceError::Missing)?;
-        let entry = stream
-            .index
-            .shards()
-            .get(shard)
-            .ok_or(SourceError::Missing)?;
+        let (stream, entry) = self.entry(at).ok_or(SourceError::Missing)?;
+        let (shard, i) = (at.shard, at.index);
         let cols = stream.columns.get(shard).ok_or(SourceError::Missing)?;
         let enc = cols.1.get(column as usize).ok_or(SourceError::Missing)?;
         let name = entry.raw.basename.clone();
@@ -254,106 +197,75 @@ impl MdsDataset {
         render(split(raw_sample)?)
     }
 
-    /// The file size of column `column` of `sample` from its shard's header alone (no
-    /// sample bytes), when the column is the samples' only variable-size one and its file is
-    /// its stored bytes: one ranged GET per shard instead of one per file before a shard is
-    /// read. `None` otherwise, or when the header cannot be had (the caller reads the sample).
-    fn size_from_header(&self, sample: u64, column: u32) -> Option<u64> {
-        let (stream, shard, i) = self.locate(sample)?;
-        let cols = &stream.index.shards().get(shard)?.columns;
+    /// The file size of column `column` of the sample `at` from its shard's header alone
+    /// (no sample bytes), when the column is the samples' only variable-size one and its file
+    /// is its stored bytes: one ranged GET per shard instead of one per file before a shard
+    /// is read. `None` otherwise, or when the header cannot be had (the caller reads the
+    /// sample).
+    fn size_from_header(&self, at: &Location, column: u32) -> Option<u64> {
+        let (stream, entry) = self.entry(at)?;
+        let cols = &entry.columns;
         let column = column as usize;
         let enc = &cols.get(column)?.encoding;
         if !mds::is_sole_variable_column(cols, column) || !mds::renders_as_stored(enc) {
             return None;
         }
-        let len = match stream.shards.sample_len_for_size(shard, i) {
+        let len = match stream.shards.sample_len_for_size(at.shard, at.index) {
             Ok(len) => len?,
             Err(e) => {
-                tracing::debug!(shard, sample = i, error = %e, "no header for a file size; reading the sample");
+                tracing::debug!(shard = at.shard, sample = at.index, error = %e, "no header for a file size; reading the sample");
                 return None;
             }
         };
         mds::column_len_from_sample_len(cols, len, column)
     }
-
-    fn resident(&self, sample: u64) -> bool {
-        self.locate(sample)
-            .map(|(s, shard, _)| s.shards.is_resident(shard))
-            .unwrap_or(false)
-    }
-}
-
-impl ShardSource for MdsDataset {
-    fn shard_of(&self, sample: u64) -> Option<u32> {
-        self.locate(sample)
-            .map(|(s, shard, _)| s.first_shard + shard as u32)
-    }
-
-    fn shard_bytes(&self, shard: u32) -> u64 {
-        self.stream_of_shard(shard)
-            .and_then(|(s, k)| s.index.shards().get(k))
-            .map(|e| e.raw.bytes)
-            .unwrap_or(0)
-    }
-
-    fn is_resident(&self, shard: u32) -> bool {
-        self.stream_of_shard(shard)
-            .map(|(s, k)| s.shards.is_resident(k))
-            .unwrap_or(false)
-    }
-
-    fn advise(&self, sample: u64) -> Advice {
-        self.locate(sample)
-            .map_or(Advice::Skipped, |(s, shard, i)| s.shards.advise(shard, i))
-    }
-
-    fn fetch(&self, shard: u32) -> Result<(), CacheError> {
-        let (s, k) = self
-            .stream_of_shard(shard)
-            .ok_or_else(|| CacheError::NoSuchShard {
-                shard: shard as usize,
-                shards: self.num_shards(),
-            })?;
-        s.shards.prefetch(k)
-    }
 }
 
 impl SampleSource for MdsDataset {
     fn num_samples(&self) -> u64 {
-        self.num_samples
+        self.map.num_samples()
+    }
+
+    fn locate(&self, sample: u64) -> Option<Location> {
+        self.map.locate(sample)
     }
 
     fn columns(&self, sample: u64) -> Option<&[ColumnFile]> {
-        let (stream, shard, _) = self.locate(sample)?;
-        stream.columns.get(shard).map(|c| &c.0[..])
+        let at = self.map.locate(sample)?;
+        let stream = self.streams.get(at.stream)?;
+        stream.columns.get(at.shard).map(|c| &c.0[..])
     }
 
-    fn file_size(&self, sample: u64, column: u32) -> Result<u64, SourceError> {
-        let for_size = !self.resident(sample);
+    fn file_size(&self, at: &Location, column: u32) -> Result<u64, SourceError> {
+        let for_size = !self.is_resident(at);
         if for_size {
-            if let Some(size) = self.size_from_header(sample, column) {
+            if let Some(size) = self.size_from_header(at, column) {
                 return Ok(size);
             }
         }
-        self.with_column(sample, column, for_size, |enc, raw| {
-            mds::rendered_len(enc, raw)
-        })
+        self.with_column(at, column, for_size, |enc, raw| mds::rendered_len(enc, raw))
     }
 
-    fn read(&self, sample: u64, column: u32, offset: u64, size: u32) -> Result<Bytes, SourceError> {
-        self.with_column(sample, column, false, |enc, raw| {
+    fn read(
+        &self,
+        at: &Location,
+        column: u32,
+        offset: u64,
+        size: u32,
+    ) -> Result<Bytes, SourceError> {
+        self.with_column(at, column, false, |enc, raw| {
             mds::render_range(enc, raw, offset, size as usize)
         })
     }
 
     fn read_with_size(
         &self,
-        sample: u64,
+        at: &Location,
         column: u32,
         offset: u64,
         size: u32,
     ) -> Result<(Bytes, u64), SourceError> {
-        self.with_column(sample, column, false, |enc, raw| {
+        self.with_column(at, column, false, |enc, raw| {
             Ok((
                 mds::render_range(enc, raw, offset, size as usize)?,
                 mds::rendered_len(enc, raw)?,
@@ -361,9 +273,16 @@ impl SampleSource for MdsDataset {
         })
     }
 
-    fn can_read_now(&self, sample: u64) -> bool {
-        self.locate(sample)
-            .is_none_or(|(s, shard, i)| s.shards.can_read_now(shard, i))
+    fn is_resident(&self, at: &Location) -> bool {
+        self.streams
+            .get(at.stream)
+            .is_some_and(|s| s.shards.is_resident(at.shard))
+    }
+
+    fn can_read_now(&self, at: &Location) -> bool {
+        self.streams
+            .get(at.stream)
+            .is_none_or(|s| s.shards.can_read_now(at.shard, at.index))
     }
 
     fn status(&self) -> Vec<StreamCacheStatus> {

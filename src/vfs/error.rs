@@ -1,7 +1,7 @@
 //! Errors of the vfs, and the one place where every error becomes an errno.
 
 use super::source::SourceError;
-use crate::readahead::ReadaheadError;
+use crate::plan::PlanError;
 
 /// Why a filesystem request failed.
 #[derive(Debug, thiserror::Error)]
@@ -31,7 +31,7 @@ pub enum VfsError {
     },
     /// The sampling plan could not be computed.
     #[error(transparent)]
-    Plan(#[from] ReadaheadError),
+    Plan(#[from] PlanError),
     /// A file's size was given from bytes no hash covers (a ranged read for `stat`) and the
     /// verified bytes disagree: the reader's view of the file is wrong, so the read fails and
     /// the kernel is told to forget the size.

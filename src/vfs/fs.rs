@@ -11,9 +11,10 @@ use super::error::VfsError;
 use super::inode::{ColumnNo, Epoch, Fixed, Ino, LocalRank, Node, Position, SampleId, MAX_EPOCHS};
 use super::names::{file_name, parse_epoch_dir, parse_file_name, parse_rank_dir, width_for};
 use super::recent::{KnownSizes, Named, RecentNames, SizeState};
-use super::source::{SampleSource, SourceError};
+use super::source::{Location, SampleSource, SourceError};
 use super::status::{ErrorLog, FailedOp};
-use crate::readahead::{RankOrder, Readahead};
+use crate::plan::{OrderCache, RankOrder};
+use crate::readahead::Readahead;
 use crate::status::{MountStatus, ReadaheadStatus};
 
 /// Kind of a node.
@@ -70,6 +71,8 @@ pub struct VfsConfig {
 pub struct Vfs {
     source: Arc<dyn SampleSource>,
     readahead: Arc<Readahead>,
+    /// The served ranks' read orders (the plan's; the readahead walks the same ones).
+    orders: Arc<OrderCache>,
     index_json: Bytes,
     config: VfsConfig,
     errors: ErrorLog,
@@ -105,16 +108,19 @@ fn position_of_offset(next_offset: u64) -> u64 {
 const STATUS_PAD: usize = 4096;
 
 impl Vfs {
-    /// Builds the tree over `source`, with rank orders and readahead from `readahead`.
+    /// Builds the tree over `source`, naming files by the rank orders of `orders` and
+    /// telling `readahead` where each rank reads.
     pub fn new(
         source: Arc<dyn SampleSource>,
         readahead: Arc<Readahead>,
+        orders: Arc<OrderCache>,
         index_json: Vec<u8>,
         config: VfsConfig,
     ) -> Self {
         Self {
             source,
             readahead,
+            orders,
             index_json: Bytes::from(index_json),
             config,
             errors: ErrorLog::default(),
@@ -158,7 +164,7 @@ impl Vfs {
 
     fn order(&self, rank: LocalRank, epoch: Epoch) -> Result<RankOrder, VfsError> {
         self.global_rank(rank)?;
-        Ok(self.readahead.order(epoch.0, rank.0 as usize)?)
+        Ok(self.orders.rank(epoch.0, rank.0 as usize)?)
     }
 
     fn ino(node: Node) -> Result<Ino, VfsError> {
@@ -231,12 +237,10 @@ impl Vfs {
     /// off the threads that answer everything else. `None`: answered without the store.
     pub fn waits_for(&self, ino: Ino, for_read: bool) -> Option<u32> {
         match Node::from_ino(ino) {
-            Some(Node::SampleFile(s, c))
-                if (for_read || self.sizes.get(s.0, c).is_none())
-                    && !self.source.can_read_now(s.0) =>
-            {
+            Some(Node::SampleFile(s, c)) if for_read || self.sizes.get(s.0, c).is_none() => {
                 // A sample with no shard is an error answered at once.
-                self.source.shard_of(s.0)
+                let at = self.source.locate(s.0)?;
+                (!self.source.can_read_now(&at)).then_some(at.global_shard)
             }
             _ => None,
         }
@@ -308,8 +312,9 @@ impl Vfs {
         }
         // Before the shard is on disk the size may come from ranged reads, which no hash
         // covers: the first read checks it against the verified bytes.
-        let verified = self.shard_resident(sample);
-        match self.source.file_size(sample, col.0) {
+        let at = self.locate(sample)?;
+        let verified = self.source.is_resident(&at);
+        match self.source.file_size(&at, col.0) {
             Ok(size) => {
                 if verified {
                     self.sizes.record(sample, col, size);
@@ -322,12 +327,9 @@ impl Vfs {
         }
     }
 
-    /// Whether the shard of `sample` is on disk now (verified).
-    fn shard_resident(&self, sample: u64) -> bool {
-        self.source
-            .shard_of(sample)
-            .map(|s| self.source.is_resident(s))
-            .unwrap_or(true)
+    /// Where `sample` lives, located once for the request that asks.
+    fn locate(&self, sample: u64) -> Result<Location, VfsError> {
+        self.source.locate(sample).ok_or(VfsError::NotFound)
     }
 
     /// Attributes of `ino` when they are known without reading a shard (for READDIRPLUS,
@@ -553,12 +555,13 @@ impl Vfs {
                 } else {
                     None
                 };
+                let at = self.locate(s.0)?;
                 let data = match state {
                     None | Some(SizeState::Verified(_)) => {
-                        self.read_sample(s.0, |src| src.read(s.0, c.0, offset, size))?
+                        self.read_sample(&at, |src| src.read(&at, c.0, offset, size))?
                     }
                     Some(SizeState::Unverified(given)) => {
-                        self.read_checking_size(ino, s.0, c, offset, size, given)?
+                        self.read_checking_size(ino, &at, c, offset, size, given)?
                     }
                     // The kernel still holds a wrong size (it retries a failed read at once):
                     // no bytes until it has forgotten it.
@@ -582,14 +585,14 @@ impl Vfs {
         }
     }
 
-    /// Runs `read` on the source for `sample`, counting a stall when its shard was not on
-    /// disk yet.
+    /// Runs `read` on the source for the sample `at`, counting a stall when its shard was
+    /// not on disk yet.
     fn read_sample<T>(
         &self,
-        sample: u64,
+        at: &Location,
         read: impl FnOnce(&dyn SampleSource) -> Result<T, SourceError>,
     ) -> Result<T, VfsError> {
-        let resident = self.shard_resident(sample);
+        let resident = self.source.is_resident(at);
         let started = Instant::now();
         let r = read(&*self.source);
         if !resident {
@@ -605,15 +608,15 @@ impl Vfs {
     fn read_checking_size(
         &self,
         ino: Ino,
-        sample: u64,
+        at: &Location,
         col: ColumnNo,
         offset: u64,
         size: u32,
         given: u64,
     ) -> Result<Bytes, VfsError> {
-        let (data, actual) = self.read_sample(sample, |src| {
-            src.read_with_size(sample, col.0, offset, size)
-        })?;
+        let sample = at.sample;
+        let (data, actual) =
+            self.read_sample(at, |src| src.read_with_size(at, col.0, offset, size))?;
         if actual == given {
             self.sizes.record(sample, col, actual);
             return Ok(data);
@@ -652,7 +655,7 @@ impl Vfs {
     fn readahead_status(&self) -> ReadaheadStatus {
         let mut status = self.readahead.status();
         for (i, r) in status.ranks.iter_mut().enumerate() {
-            if let Ok(order) = self.readahead.order(r.epoch, i) {
+            if let Ok(order) = self.orders.rank(r.epoch, i) {
                 r.epoch_samples = Some(order.len() as u64);
             }
         }

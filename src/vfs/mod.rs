@@ -4,8 +4,9 @@
 //! (rank, epoch, position, column or sample id, column), an inode number packs those coordinates
 //! ([`inode`]), and listings page through a folder by offset. A dataset of 10^8 samples mounts
 //! instantly and the memory used does not grow with the number of files; the only per-epoch
-//! state is each served rank's order (a `u64` per position), held by the readahead scheduler,
-//! which needs it anyway.
+//! state is each served rank's order (a `u64` per position), held by the plan's
+//! [`crate::plan::OrderCache`], which the readahead walks too. A read locates its sample once
+//! (stream, shard, index in the shard: [`Location`]) and passes that down.
 //!
 //! Every failure is a [`VfsError`], and [`VfsError::errno`] is the one place where errors become
 //! what a reader sees: missing names `ENOENT`, writes `EROFS`, an unavailable or corrupt shard
@@ -24,7 +25,7 @@ pub use dataset::{CachedShards, MdsDataset, ShardStore};
 pub use error::VfsError;
 pub use fs::{Attr, DirEntry, Kind, Vfs, VfsConfig};
 pub use inode::Ino;
-pub use source::{ColumnFile, SampleSource, SourceError};
+pub use source::{ColumnFile, Location, SampleSource, SourceError};
 
 #[cfg(test)]
 mod tests;

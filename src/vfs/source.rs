@@ -1,11 +1,12 @@
 //! What the vfs needs from the dataset: columns, exact sizes and bytes of each sample.
 //!
 //! The vfs is written against this trait so that it can be driven by an in-memory dataset in
-//! tests and by the MDS shard cache when mounted.
+//! tests and by the MDS shard cache when mounted. A read locates its sample once
+//! ([`SampleSource::locate`]) and hands the [`Location`] to every call that follows.
 
 use bytes::Bytes;
 
-use crate::readahead::ShardSource;
+pub use crate::plan::Location;
 use crate::status::StreamCacheStatus;
 
 /// One column as it appears in file names: `NNNNNNNN.{name}.{ext}`.
@@ -44,31 +45,41 @@ pub enum SourceError {
 }
 
 /// The dataset as the vfs sees it: global sample ids, their column files and bytes.
-pub trait SampleSource: ShardSource {
+pub trait SampleSource: Send + Sync {
     /// Number of samples (global ids are `0..num_samples`).
     fn num_samples(&self) -> u64;
+    /// Where `sample` lives (stream, shard, index in the shard); `None` past the last one.
+    fn locate(&self, sample: u64) -> Option<Location>;
     /// The column files every sample of `sample`'s stream has, in file-name order.
     fn columns(&self, sample: u64) -> Option<&[ColumnFile]>;
     /// Exact size of the column file (may fetch the shard or its header).
-    fn file_size(&self, sample: u64, column: u32) -> Result<u64, SourceError>;
+    fn file_size(&self, at: &Location, column: u32) -> Result<u64, SourceError>;
     /// Up to `size` bytes of the column file from `offset` (a view of the cached sample's
     /// bytes where the file is stored as is: no copy).
-    fn read(&self, sample: u64, column: u32, offset: u64, size: u32) -> Result<Bytes, SourceError>;
+    fn read(
+        &self,
+        at: &Location,
+        column: u32,
+        offset: u64,
+        size: u32,
+    ) -> Result<Bytes, SourceError>;
     /// [`SampleSource::read`] and the file's whole size, both from the same verified bytes
     /// (to check a size handed out earlier from bytes no hash covers).
     fn read_with_size(
         &self,
-        sample: u64,
+        at: &Location,
         column: u32,
         offset: u64,
         size: u32,
     ) -> Result<(Bytes, u64), SourceError> {
-        let data = self.read(sample, column, offset, size)?;
-        Ok((data, self.file_size(sample, column)?))
+        let data = self.read(at, column, offset, size)?;
+        Ok((data, self.file_size(at, column)?))
     }
-    /// Whether `sample`'s bytes can be read now without waiting for the store (its shard on
+    /// Whether the sample's shard is on local disk now (verified).
+    fn is_resident(&self, at: &Location) -> bool;
+    /// Whether the sample's bytes can be read now without waiting for the store (its shard on
     /// local disk, or the sample in memory).
-    fn can_read_now(&self, _sample: u64) -> bool {
+    fn can_read_now(&self, _at: &Location) -> bool {
         true
     }
     /// Live counters of each stream's store and cache for `status.json`.

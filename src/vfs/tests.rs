@@ -1,7 +1,9 @@
 //! The vfs against a model: an in-memory dataset and permutation orders.
 
 use super::*;
-use crate::readahead::{OrderSource, Readahead, ReadaheadOptions, ShardSource};
+use crate::order::OrderError;
+use crate::plan::{Location, NextUse, OrderCache, OrderSource, MIN_KEEP_EPOCHS};
+use crate::readahead::{Readahead, ReadaheadOptions, ShardSource};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -45,36 +47,51 @@ impl SampleSource for Memory {
     fn num_samples(&self) -> u64 {
         self.n
     }
+    fn locate(&self, sample: u64) -> Option<Location> {
+        let shard = self.shard_of(sample)?;
+        Some(Location {
+            sample,
+            stream: 0,
+            shard: shard as usize,
+            global_shard: shard,
+            index: (sample % self.per_shard) as u32,
+        })
+    }
+    fn is_resident(&self, _at: &Location) -> bool {
+        self.resident.load(Relaxed)
+    }
     fn columns(&self, sample: u64) -> Option<&[ColumnFile]> {
         (sample < self.n).then(|| &self.cols[..1 + (sample % 3) as usize])
     }
-    fn file_size(&self, sample: u64, column: u32) -> Result<u64, SourceError> {
+    fn file_size(&self, at: &Location, column: u32) -> Result<u64, SourceError> {
+        let sample = at.sample;
         let lie = if sample == self.size_lie.load(Relaxed) && !self.resident.load(Relaxed) {
             3
         } else {
             0
         };
-        self.read(sample, column, 0, u32::MAX)
+        self.read(at, column, 0, u32::MAX)
             .map(|b| b.len() as u64 + lie)
     }
     fn read_with_size(
         &self,
-        sample: u64,
+        at: &Location,
         column: u32,
         offset: u64,
         size: u32,
     ) -> Result<(bytes::Bytes, u64), SourceError> {
         // The verified bytes: their own length, whatever a size look-up said before.
-        let whole = Self::bytes(sample, column).len() as u64;
-        Ok((self.read(sample, column, offset, size)?, whole))
+        let whole = Self::bytes(at.sample, column).len() as u64;
+        Ok((self.read(at, column, offset, size)?, whole))
     }
     fn read(
         &self,
-        sample: u64,
+        at: &Location,
         column: u32,
         offset: u64,
         size: u32,
     ) -> Result<bytes::Bytes, SourceError> {
+        let sample = at.sample;
         if Some(self.shard_of(sample).ok_or(SourceError::Missing)?) == self.broken_shard {
             return Err(SourceError::Shard {
                 store: "file:///data".into(),
@@ -112,7 +129,7 @@ struct Strided {
 }
 
 impl OrderSource for Strided {
-    fn node_orders(&self, epoch: u64) -> Result<Vec<Vec<u64>>, String> {
+    fn node_orders(&self, epoch: u64) -> Result<Vec<Vec<u64>>, OrderError> {
         Ok(self
             .global
             .iter()
@@ -152,12 +169,17 @@ fn memory(n: u64, broken_shard: Option<u32>) -> Arc<Memory> {
 
 fn vfs_over(src: Arc<Memory>, global: Vec<u64>, world: u64) -> Vfs {
     let n = src.n;
-    let ra = Arc::new(Readahead::new(
+    let orders = Arc::new(OrderCache::new(
         Box::new(Strided {
             n,
             global: global.clone(),
             world,
         }),
+        MIN_KEEP_EPOCHS,
+    ));
+    let ra = Arc::new(Readahead::new(
+        orders.clone(),
+        Arc::new(NextUse::new()),
         src.clone(),
         global.len(),
         ReadaheadOptions::default(),
@@ -165,6 +187,7 @@ fn vfs_over(src: Arc<Memory>, global: Vec<u64>, world: u64) -> Vfs {
     Vfs::new(
         src,
         ra,
+        orders,
         b"{\"shards\": []}".to_vec(),
         VfsConfig {
             global_ranks: global,

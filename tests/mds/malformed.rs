@@ -73,7 +73,7 @@ fn library_error(case: &Case, ds: &Path) -> Option<String> {
     let src = ds.to_str().unwrap();
     let bs = BlockingStore::new(store::open(src, &StoreOptions::default()).unwrap(), 1).unwrap();
     let dataset = Dataset::from_store(bs, src).unwrap();
-    let raw = match dataset.fetch_shard(0, 1) {
+    let raw = match dataset.fetcher().fetch_shard(0, 1) {
         Ok(raw) => raw,
         Err(e) => return Some(e.to_string()),
     };

@@ -1,14 +1,16 @@
-//! Rank orders per epoch, computed on first use and kept for a few epochs.
+//! `OrderCache`: the served ranks' read orders per epoch, computed on first use and kept for
+//! a few epochs.
 
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::ReadaheadError;
+use super::PlanError;
+use crate::order::OrderError;
 
 /// Computes the read order of every rank this node serves for one epoch.
 pub trait OrderSource: Send + Sync {
     /// Global sample ids in read order, one list per local rank, for `epoch`.
-    fn node_orders(&self, epoch: u64) -> Result<Vec<Vec<u64>>, String>;
+    fn node_orders(&self, epoch: u64) -> Result<Vec<Vec<u64>>, OrderError>;
 }
 
 /// One rank's read order, stored as 4-byte ids when every id fits (half the memory of 8-byte
@@ -66,7 +68,7 @@ impl RankOrder {
 /// One epoch's orders, shared by readers.
 pub type EpochOrders = Arc<Vec<RankOrder>>;
 
-type Slot = Arc<OnceLock<Result<EpochOrders, String>>>;
+type Slot = Arc<OnceLock<Result<EpochOrders, OrderError>>>;
 
 /// Orders of the last few epochs used; each epoch is computed once even when many readers
 /// ask at the same time. Epochs marked in use (those a reader is in, and the next one) are
@@ -99,7 +101,7 @@ impl OrderCache {
     }
 
     /// The orders of `epoch`, computing them if needed.
-    pub fn epoch(&self, epoch: u64) -> Result<EpochOrders, ReadaheadError> {
+    pub fn epoch(&self, epoch: u64) -> Result<EpochOrders, PlanError> {
         let slot = {
             let mut slots = self.slots.lock().unwrap_or_else(|e| e.into_inner());
             if let Some(i) = slots.iter().position(|(e, _)| *e == epoch) {
@@ -140,15 +142,12 @@ impl OrderCache {
         });
         result
             .clone()
-            .map_err(|why| ReadaheadError::Order { epoch, why })
+            .map_err(|source| PlanError::Order { epoch, source })
     }
 
     /// The order of local rank `rank` in `epoch`.
-    pub fn rank(&self, epoch: u64, rank: usize) -> Result<RankOrder, ReadaheadError> {
+    pub fn rank(&self, epoch: u64, rank: usize) -> Result<RankOrder, PlanError> {
         let orders = self.epoch(epoch)?;
-        orders
-            .get(rank)
-            .cloned()
-            .ok_or(ReadaheadError::NoSuchRank(rank))
+        orders.get(rank).cloned().ok_or(PlanError::NoSuchRank(rank))
     }
 }

@@ -1,0 +1,129 @@
+//! File trust: which cached files are trusted as they are (checked against their recorded
+//! xxh3 in this process and unchanged since), and re-hashing those that are new or changed.
+
+use super::ShardCache;
+use crate::cache::io;
+use crate::cache::stats::Counters;
+use crate::cache::CacheError;
+use std::fs::File;
+
+/// The recorded checksum of one cached shard and the file (inode, size, mtime) it was last
+/// verified against; `None` until verified in this process (an adopted shard).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Trust {
+    pub(super) sum: u64,
+    pub(super) verified: Option<FileStamp>,
+}
+
+/// Identity and version of a file: a change means its bytes must be checked again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct FileStamp {
+    ino: u64,
+    size: u64,
+    mtime_ns: i128,
+}
+
+/// xxh3-64 of the first `len` bytes of `file`, read in 1 MiB pieces into one buffer
+/// (`direct`: the file was opened with `O_DIRECT`).
+fn hash_file(file: &File, len: u64, direct: bool) -> std::io::Result<u64> {
+    use std::os::unix::fs::FileExt;
+    const PIECE: usize = 1 << 20;
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut buf = io::direct::AlignedBuf::zeroed(PIECE)?;
+    let mut at = 0u64;
+    while at < len {
+        let want = (len - at).min(PIECE as u64) as usize;
+        if direct {
+            hasher.update(io::direct::read_exact_into(file, &mut buf, at, want)?);
+        } else {
+            file.read_exact_at(&mut buf[..want], at)?;
+            hasher.update(&buf[..want]);
+        }
+        at += want as u64;
+    }
+    Ok(hasher.digest())
+}
+
+impl FileStamp {
+    pub(super) fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        FileStamp {
+            ino: meta.ino(),
+            size: meta.len(),
+            mtime_ns: meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128,
+        }
+    }
+}
+
+impl ShardCache {
+    /// Checks the cached file of `shard` against its recorded xxh3 when the file is new to
+    /// this process or changed since it was last checked. False (and the file removed) when
+    /// it does not match.
+    pub(super) fn verify_file(
+        &self,
+        shard: usize,
+        file: &File,
+        meta: &std::fs::Metadata,
+    ) -> Result<bool, CacheError> {
+        let stamp = FileStamp::of(meta);
+        if self.trusted_as_is(shard, stamp) {
+            return Ok(true);
+        }
+        let _one = self.verifying.lock().unwrap_or_else(|p| p.into_inner());
+        // Another thread may have checked it while this one waited.
+        if self.trusted_as_is(shard, stamp) {
+            return Ok(true);
+        }
+        let Some(t) = self
+            .trust
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&shard)
+            .copied()
+        else {
+            return Ok(true);
+        };
+        let path = self.shard_path(shard)?;
+        let got = hash_file(file, meta.len(), self.direct)
+            .map_err(|e| CacheError::io("read", &path, e))?;
+        if got == t.sum {
+            if let Some(t) = self
+                .trust
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .get_mut(&shard)
+            {
+                t.verified = Some(stamp);
+            }
+            return Ok(true);
+        }
+        Counters::add(&self.counters.verify_failures, 1);
+        tracing::warn!(shard, path = %path.display(), expected = format!("{:016x}", t.sum), got = format!("{got:016x}"), "cached shard does not match its checksum (changed on disk); fetching it again");
+        self.trust
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&shard);
+        let _ = std::fs::remove_file(&path);
+        Ok(false)
+    }
+
+    /// A cached shard file opened for reading, past the page cache when cached files are.
+    pub(super) fn open_cached(&self, path: &std::path::Path) -> std::io::Result<File> {
+        if self.direct {
+            io::direct::open_read(path)
+        } else {
+            File::open(path)
+        }
+    }
+
+    /// Whether the cached file of `shard`, as `stamp` describes it now, is trusted without
+    /// hashing it: checked against its recorded xxh3 in this process and unchanged since (or
+    /// with no recorded xxh3 to check).
+    pub(super) fn trusted_as_is(&self, shard: usize, stamp: FileStamp) -> bool {
+        self.trust
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(&shard)
+            .is_none_or(|t| t.verified == Some(stamp))
+    }
+}

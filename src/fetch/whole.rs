@@ -1,0 +1,392 @@
+//! A whole shard: downloaded (in one GET, or in parallel ranged parts into a buffer the
+//! caller hands over), checked (index.json's cheapest hash, else the store's own check),
+//! repaired part by part when a download in parts fails its check, decompressed, and its
+//! header checked against the index.
+
+use super::etag_digest::{EtagDigest, Streamed};
+use super::ranged::check_header;
+use super::transfer_check::{AskedChecksums, TransferSums};
+use super::{add, FetchError, Fetcher};
+use crate::mds::{self, FileRef, ShardEntry};
+use crate::store::{self, ObjectKey, StoreError};
+use bytes::Bytes;
+
+/// Memory a download in parts lands in, handed over by the caller (the cache's download
+/// budget), which gets it back when the last user of the shard's bytes lets go.
+pub trait PartBuffer: AsRef<[u8]> + AsMut<[u8]> + Send + 'static {}
+
+impl<T: AsRef<[u8]> + AsMut<[u8]> + Send + 'static> PartBuffer for T {}
+
+/// Writes bytes about to be checked somewhere (the cache: a staged file and its xxh3), on a
+/// thread of its own while the check runs; `None` when it could not (the caller writes
+/// after the check then). What it made is dropped when the bytes fail their check.
+pub type Stager<'a, S> = &'a (dyn Fn(&[u8]) -> Option<S> + Sync);
+
+impl Fetcher {
+    /// Downloads a whole shard and returns its verified, uncompressed bytes: the stored
+    /// file's size and one known hash are checked (up to `attempts` downloads on a mismatch),
+    /// then it is decompressed to exactly `raw.bytes` and its header must agree with
+    /// index.json. Corrupt bytes never leave this function.
+    ///
+    /// A shard larger than the part size comes as parallel ranged GETs when index.json lists
+    /// a hash for it or the store is S3 (whose ETag every part carries and must agree on).
+    /// When such a download fails its check, the next attempts repair it part by part
+    /// ([`store::refetch_differing_parts`]) instead of downloading it whole again.
+    pub fn fetch_shard(&self, shard: usize, attempts: u32) -> Result<Bytes, FetchError> {
+        let fresh = |len: usize| vec![0u8; len];
+        self.fetch_shard_into::<Vec<u8>, ()>(shard, attempts, &fresh, None)
+            .map(|(raw, _)| raw)
+    }
+
+    /// [`Self::fetch_shard`], downloading in parts into buffers `buffer` makes (of the
+    /// length asked; the cache's come from its download budget and hold their bytes until
+    /// their last user is done).
+    ///
+    /// With `stage`, an uncompressed shard downloaded in parts is handed to `stage` (on a
+    /// thread of its own) while its last bytes are hashed: what it made comes back with the
+    /// bytes when they pass every check, and is dropped when they do not.
+    pub fn fetch_shard_into<B: PartBuffer, S: Send>(
+        &self,
+        shard: usize,
+        attempts: u32,
+        buffer: &dyn Fn(usize) -> B,
+        stage: Option<Stager<'_, S>>,
+    ) -> Result<(Bytes, Option<S>), FetchError> {
+        let entry = self.shard(shard)?;
+        let stage = stage.filter(|_| entry.zip.is_none());
+        let stored = entry.stored_file();
+        let key = ObjectKey::new(stored.basename.clone())?;
+        let url = self.store.url_of(&key);
+        let check = cheapest_hash(stored);
+        let mut last = String::new();
+        // With no hash in index.json, the store's checksum headers (GCS x-goog-hash, Azure
+        // Content-MD5), else the store's MD5 (an S3 ETag) check the transfer. An
+        // ETag that is not an MD5 (SSE-KMS, SSE-C) looks the same: then the checksum S3 keeps
+        // of the object decides (`asked`); where it keeps none, a mismatch is retried, and
+        // two downloads with the same MD5 are taken as the object's true bytes — unless an ETag
+        // of this dataset has matched before (then its ETags are MD5s and this is damage).
+        let mut previous_md5: Option<[u8; 16]> = None;
+        // When the ETag settles nothing, the store's own checksum of the object, asked once.
+        let asked = AskedChecksums::new(self, &key);
+        let downloads = if check.hashes.is_empty() {
+            attempts.max(2)
+        } else {
+            attempts.max(1)
+        };
+        // Parallel ranged parts need a check that works on ranges: a hash in index.json, or
+        // the S3 ETag every ranged answer carries. GCS and Azure send their checksums only
+        // with whole-object answers, so a hashless shard there comes in one GET.
+        let in_parts = self.fetch_part_size > 0
+            && stored.bytes > self.fetch_part_size
+            && (!check.hashes.is_empty() || self.is_s3());
+        let failed = |attempt: u32, reason: &str| {
+            add(&self.counters.verify_failures, 1);
+            tracing::warn!(shard, url = %url, attempt, reason, "downloaded shard failed verification");
+        };
+        // The last download in parts that failed its check, kept to be repaired.
+        let mut held: Option<(B, store::EtagMd5s)> = None;
+        for attempt in 1..=downloads {
+            let repairing = held.is_some();
+            let fetched = match held.take() {
+                Some((whole, tag)) => self.repair(shard, &key, &check, whole, tag, &asked),
+                None if in_parts => self.download_in_parts(
+                    &key,
+                    stored.bytes,
+                    check.hashes.is_empty(),
+                    buffer,
+                    stage,
+                ),
+                None => self.store.get_fetched(&key).map(Download::Whole),
+            };
+            let download = match fetched {
+                Ok(d) => d,
+                // Rewritten while we read it: like damage, worth another download.
+                Err(e @ StoreError::Changed { .. }) => {
+                    last = e.to_string();
+                    failed(attempt, &last);
+                    continue;
+                }
+                Err(e) => return Err(e.into()),
+            };
+            let checking = std::time::Instant::now();
+            if !repairing {
+                // A repair counted the parts it fetched again.
+                add(&self.counters.bytes_fetched, download.len() as u64);
+            }
+            let sums = download.sums();
+            // The stored bytes first (the index's hash, else the store's checksums): a
+            // download in parts that fails here is kept, to be repaired part by part.
+            let stored_ok = if check.hashes.is_empty() {
+                self.transfer_check(
+                    shard,
+                    &url,
+                    &download,
+                    &sums,
+                    Some(&mut previous_md5),
+                    &asked,
+                )
+            } else {
+                Ok(())
+            }
+            .and_then(|()| mds::verify_hashes(&check, &download).map_err(|e| e.to_string()));
+            if let Err(reason) = stored_ok {
+                last = reason;
+                failed(attempt, &last);
+                if let Download::Parts(whole, tag, _, _) = download {
+                    held = Some((whole, tag));
+                }
+                continue;
+            }
+            let mut download = download;
+            let staged = download.take_staged();
+            let outcome = unpack(entry, download.freeze()).and_then(|raw| {
+                check_header(shard, &url, entry, &raw)
+                    .map(|_| raw)
+                    .map_err(|e| match e {
+                        // The shard and URL are named once, by the error returned below.
+                        FetchError::Corrupt { reason, .. } => reason,
+                        other => other.to_string(),
+                    })
+            });
+            match outcome {
+                Ok(raw) => {
+                    tracing::debug!(
+                        shard,
+                        check_ms = checking.elapsed().as_millis() as u64,
+                        staged = staged.is_some(),
+                        "shard checked"
+                    );
+                    return Ok((raw, staged));
+                }
+                Err(reason) => last = reason,
+            }
+            failed(attempt, &last);
+        }
+        Err(FetchError::Corrupt {
+            shard,
+            file: url,
+            reason: format!("{last} (after {downloads} downloads)"),
+        })
+    }
+
+    /// `key` (`size` bytes) as parallel ranged parts, into a buffer `buffer` makes. A `hashless` shard is checked by its ETag, whose MD5 is computed while the
+    /// parts arrive; what arrived with the last part is hashed after. When that is a serial
+    /// MD5 (a plain ETag), `stage` (if given) writes the bytes to disk on another thread
+    /// meanwhile.
+    fn download_in_parts<B: PartBuffer, S: Send>(
+        &self,
+        key: &ObjectKey,
+        size: u64,
+        hashless: bool,
+        buffer: &dyn Fn(usize) -> B,
+        stage: Option<Stager<'_, S>>,
+    ) -> Result<Download<B, S>, StoreError> {
+        let len = usize::try_from(size).map_err(|_| StoreError::Other {
+            url: self.store.url_of(key),
+            detail: format!("{size} bytes do not fit in memory on this machine"),
+        })?;
+        let mut whole = buffer(len);
+        let mut digest = hashless.then(|| {
+            EtagDigest::new(
+                size,
+                self.part_size.load(std::sync::atomic::Ordering::Relaxed),
+            )
+        });
+        let tag = self.store.get_in_parts(
+            key,
+            whole.as_mut(),
+            self.fetch_part_size,
+            &mut HashWhileLanding(digest.as_mut()),
+        )?;
+        let bytes: &[u8] = whole.as_ref();
+        let landed = std::time::Instant::now();
+        // Written beside a long serial hash only: otherwise the shard is published as soon as
+        // it is checked, and written after (its first reader need not wait for the disk).
+        let stage = stage.filter(|_| digest.as_mut().is_some_and(|d| d.serial_tail(&tag)));
+        let staged = std::thread::scope(|s| {
+            let writer = stage.map(|f| s.spawn(move || f(bytes)));
+            let streamed = digest.map(|d| d.finish(&tag, bytes, hashing_threads()));
+            let staged = match writer.map(|w| w.join()) {
+                // `None`: the caller writes the shard after the checks, and reports then.
+                Some(Ok(staged)) => staged,
+                Some(Err(_)) => {
+                    tracing::warn!("staging a download panicked; writing it after the check");
+                    None
+                }
+                None => None,
+            };
+            (streamed.unwrap_or_default(), staged)
+        });
+        let (streamed, staged) = staged;
+        tracing::debug!(
+            key = %key,
+            tail_ms = landed.elapsed().as_millis() as u64,
+            "download in parts landed; its checksum and staged write are done"
+        );
+        Ok(Download::Parts(whole, tag, streamed, staged))
+    }
+
+    /// One more attempt at a shard whose download in parts (`whole`, with the ETag `tag` its
+    /// parts agreed on) failed its check: its parts fetched again, the differing ones put in,
+    /// until the shard's hash (or the store's checksum of a hashless shard) holds.
+    fn repair<B: PartBuffer, S>(
+        &self,
+        shard: usize,
+        key: &ObjectKey,
+        check: &FileRef,
+        mut whole: B,
+        tag: store::EtagMd5s,
+        asked: &AskedChecksums<'_>,
+    ) -> Result<Download<B, S>, StoreError> {
+        let url = self.store.url_of(key);
+        let sums = TransferSums {
+            md5: tag.0,
+            multipart_md5: tag.1,
+            store: store::StoreChecksums::default(),
+            streamed: Streamed::default(),
+        };
+        // The check below runs inside the store's runtime, where no request can be sent.
+        asked.settle();
+        let repair = self.store.refetch_differing_parts(
+            key,
+            whole.as_mut(),
+            self.fetch_part_size,
+            &tag,
+            |bytes| {
+                if check.hashes.is_empty() {
+                    self.transfer_check(shard, &url, bytes, &sums, None, asked)
+                        .is_ok()
+                } else {
+                    mds::verify_hashes(check, bytes).is_ok()
+                }
+            },
+        )?;
+        add(&self.counters.parts_refetched, u64::from(repair.refetched));
+        add(&self.counters.bytes_fetched, repair.bytes);
+        if repair.verified {
+            add(&self.counters.repaired_downloads, 1);
+        }
+        tracing::info!(
+            shard,
+            url = %url,
+            parts_refetched = repair.refetched,
+            parts_replaced = repair.replaced,
+            repaired = repair.verified,
+            "fetched the parts of a damaged download again"
+        );
+        Ok(Download::Parts(whole, tag, Streamed::default(), None))
+    }
+}
+
+/// Feeds a download's ETag digest while its parts land, except what lands with the last part
+/// (hashed after the download, beside the staged write and on several threads).
+struct HashWhileLanding<'a>(Option<&'a mut EtagDigest>);
+
+impl store::Landing for HashWhileLanding<'_> {
+    fn landed(&mut self, tag: &store::EtagMd5s, at: u64, bytes: &[u8], all_in: bool) {
+        if let (Some(d), false) = (self.0.as_mut(), all_in) {
+            d.landed(tag, at, bytes);
+        }
+    }
+
+    fn in_order(&mut self, tag: &store::EtagMd5s, bytes: &[u8], all_in: bool) {
+        if let (Some(d), false) = (self.0.as_mut(), all_in) {
+            d.in_order(tag, bytes);
+        }
+    }
+}
+
+/// Threads that hash what is left of a download's ETag digest once its last part is in: the
+/// machine's cores, at most four.
+fn hashing_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
+}
+
+/// One download of a stored shard file: made in parts into a caller's buffer `B`, or whole
+/// by the store's client.
+enum Download<B, S> {
+    /// Ranged parts written into a caller's buffer, the ETag they agreed on, its digest
+    /// computed as they arrived (if it was), and what the caller's stager made of the bytes
+    /// (if it ran).
+    Parts(B, store::EtagMd5s, Streamed, Option<S>),
+    /// One GET.
+    Whole(store::Fetched),
+}
+
+impl<B: PartBuffer, S> Download<B, S> {
+    /// What the store said about the bytes.
+    fn sums(&self) -> TransferSums {
+        match self {
+            Download::Parts(_, (md5, multipart_md5), streamed, _) => TransferSums {
+                md5: *md5,
+                multipart_md5: *multipart_md5,
+                // Checksum headers of a range are not the object's.
+                store: store::StoreChecksums::default(),
+                streamed: *streamed,
+            },
+            Download::Whole(f) => TransferSums {
+                md5: f.md5,
+                multipart_md5: f.multipart_md5,
+                store: f.store_sums,
+                streamed: Streamed::default(),
+            },
+        }
+    }
+
+    /// What the stager made of the bytes, taken out.
+    fn take_staged(&mut self) -> Option<S> {
+        match self {
+            Download::Parts(_, _, _, staged) => staged.take(),
+            Download::Whole(_) => None,
+        }
+    }
+
+    /// The bytes, shared from here on; a buffer goes back to its budget when the last
+    /// reference is gone.
+    fn freeze(self) -> Bytes {
+        match self {
+            Download::Parts(buffer, _, _, _) => Bytes::from_owner(buffer),
+            Download::Whole(f) => f.bytes,
+        }
+    }
+}
+
+impl<B: PartBuffer, S> std::ops::Deref for Download<B, S> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        match self {
+            Download::Parts(buffer, _, _, _) => buffer.as_ref(),
+            Download::Whole(f) => &f.bytes,
+        }
+    }
+}
+
+/// The raw shard from its verified stored bytes: decompressed, or the bytes themselves.
+fn unpack(entry: &ShardEntry, bytes: Bytes) -> Result<Bytes, String> {
+    match (&entry.zip, &entry.compression) {
+        (Some(_), Some(c)) => mds::decompress(c, &bytes, Some(entry.raw.bytes))
+            .map(Bytes::from)
+            .map_err(|e| format!("decompressing: {e}")),
+        (Some(_), None) => Err("index.json lists a compressed file without a compression".into()),
+        (None, _) => Ok(bytes),
+    }
+}
+
+/// The file reference with only its cheapest known hash (size is always checked).
+/// Preference: fastest first (xxhash family, then md5/blake2, then SHA).
+fn cheapest_hash(file: &FileRef) -> FileRef {
+    const ORDER: [&str; 17] = [
+        "xxh3_64", "xxh3_128", "xxh128", "xxh64", "xxh32", "blake2b", "md5", "blake2s", "sha1",
+        "sha512", "sha384", "sha256", "sha224", "sha3_224", "sha3_256", "sha3_384", "sha3_512",
+    ];
+    let mut out = file.clone();
+    out.hashes.clear();
+    if let Some((k, v)) = ORDER
+        .iter()
+        .filter(|a| mds::HASH_ALGOS.contains(a))
+        .find_map(|a| file.hashes.get_key_value(*a))
+    {
+        out.hashes.insert(k.clone(), v.clone());
+    }
+    out
+}

@@ -1,0 +1,135 @@
+//! `Cursor`: one served rank's reader as its reads show it: epoch, furthest position, the
+//! positions read (a bitmap), and how far the advice reaches. Reads touch only atomics.
+
+use super::walk::ShardSet;
+use super::{MAX_SPREAD, NO_POSITION, REPLAN_STEP};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+use std::sync::{Mutex, OnceLock, RwLock};
+use std::time::Instant;
+
+/// One served rank's reader, as seen from its reads.
+pub(super) struct Cursor {
+    pub(super) epoch: AtomicU64,
+    pub(super) position: AtomicU64,
+    pub(super) planned_at: AtomicU64,
+    /// Positions the cursor may move before the next plan (from the last window's length).
+    pub(super) replan_step: AtomicU64,
+    pub(super) reads: AtomicU64,
+    pub(super) bytes: AtomicU64,
+    /// Positions of the current epoch read or opened so far, one bit each (grown on demand).
+    pub(super) read: RwLock<Vec<AtomicU64>>,
+    /// No position below this one is still to be read (kept by the planner).
+    pub(super) low: AtomicU64,
+    pub(super) first_read: OnceLock<Instant>,
+    /// When the current epoch's first read came and at which position (for samples/s).
+    pub(super) epoch_start: Mutex<Option<(u64, Instant, u64)>>,
+    /// The first position not advised yet, as (epoch, position); kept by the planner.
+    pub(super) advised: Mutex<(u64, u64)>,
+    /// Position of the cursor's epoch up to which advice reaches (`u64::MAX` when it
+    /// reaches into the next epoch): the reads compare against it without a lock.
+    pub(super) advised_to: AtomicU64,
+    /// Set by a read when the advice runs short, cleared by the planner.
+    pub(super) advice_due: std::sync::atomic::AtomicBool,
+}
+
+impl Cursor {
+    pub(super) fn new() -> Self {
+        Self {
+            epoch: AtomicU64::new(0),
+            position: AtomicU64::new(NO_POSITION),
+            planned_at: AtomicU64::new(NO_POSITION),
+            replan_step: AtomicU64::new(REPLAN_STEP),
+            reads: AtomicU64::new(0),
+            bytes: AtomicU64::new(0),
+            read: RwLock::new(Vec::new()),
+            low: AtomicU64::new(0),
+            first_read: OnceLock::new(),
+            epoch_start: Mutex::new(None),
+            advised: Mutex::new((0, 0)),
+            advised_to: AtomicU64::new(0),
+            advice_due: std::sync::atomic::AtomicBool::new(false),
+        }
+    }
+
+    /// Forgets what was read: the reader starts over at `position`.
+    pub(super) fn restart_at(&self, position: u64) {
+        let map = self.read.write().unwrap_or_else(|e| e.into_inner());
+        for w in map.iter() {
+            w.store(0, Relaxed);
+        }
+        self.low.store(position, Relaxed);
+    }
+
+    /// Records that `position` was read.
+    pub(super) fn mark_read(&self, position: u64) {
+        if position < self.low.load(Relaxed) {
+            return;
+        }
+        let Ok(word) = usize::try_from(position / 64) else {
+            return;
+        };
+        let bit = 1u64 << (position % 64);
+        {
+            let map = self.read.read().unwrap_or_else(|e| e.into_inner());
+            if let Some(w) = map.get(word) {
+                w.fetch_or(bit, Relaxed);
+                return;
+            }
+        }
+        let mut map = self.read.write().unwrap_or_else(|e| e.into_inner());
+        if map.len() <= word {
+            let len = word
+                .saturating_add(1)
+                .max(map.len().saturating_mul(2))
+                .max(64);
+            map.resize_with(len, || AtomicU64::new(0));
+        }
+        if let Some(w) = map.get(word) {
+            w.fetch_or(bit, Relaxed);
+        }
+    }
+
+    /// Which positions in `from..to` were read, as a bitmap starting at `from` (positions
+    /// below `low` count as read).
+    pub(super) fn read_between(&self, from: u64, to: u64) -> ShardSet {
+        let low = self.low.load(Relaxed);
+        let map = self.read.read().unwrap_or_else(|e| e.into_inner());
+        let mut out = ShardSet::default();
+        for p in from..to {
+            let done = p < low
+                || usize::try_from(p / 64)
+                    .ok()
+                    .and_then(|w| map.get(w))
+                    .is_some_and(|w| w.load(Relaxed) & (1 << (p % 64)) != 0);
+            if done {
+                if let Ok(i) = u32::try_from(p - from) {
+                    out.insert(i);
+                }
+            }
+        }
+        out
+    }
+
+    /// Moves `low` up past the positions read, but never further back than [`MAX_SPREAD`]
+    /// behind the cursor `pos`; returns it.
+    pub(super) fn advance_low(&self, pos: u64) -> u64 {
+        let mut low = self.low.load(Relaxed).max(pos.saturating_sub(MAX_SPREAD));
+        {
+            let map = self.read.read().unwrap_or_else(|e| e.into_inner());
+            while low < pos {
+                let Some(w) = usize::try_from(low / 64).ok().and_then(|w| map.get(w)) else {
+                    break;
+                };
+                let rest = w.load(Relaxed) >> (low % 64);
+                let run = u64::from((!rest).trailing_zeros()).min(64 - low % 64);
+                if run == 0 {
+                    break;
+                }
+                low += run;
+            }
+        }
+        let low = low.min(pos);
+        self.low.fetch_max(low, Relaxed);
+        self.low.load(Relaxed)
+    }
+}
