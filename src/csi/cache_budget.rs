@@ -261,7 +261,9 @@ mod tests {
         );
         drop(first);
         // `a` is mounted now (recorded), and `b` fits only once the idle cache is gone.
-        let _second = budget.admit(&b, 400 << 10, &[(a.clone(), 600 << 10)]).unwrap();
+        let _second = budget
+            .admit(&b, 400 << 10, &[(a.clone(), 600 << 10)])
+            .unwrap();
         assert!(!idle.exists(), "the idle cache was removed to make room");
     }
 }

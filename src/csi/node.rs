@@ -110,7 +110,9 @@ fn remove_cache(cache: &Path) {
     match std::fs::remove_dir_all(cache) {
         Ok(()) => tracing::info!(cache = %cache.display(), "removed the cache of a one-pod volume"),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => tracing::warn!(cache = %cache.display(), error = %e, "cannot remove a volume's cache"),
+        Err(e) => {
+            tracing::warn!(cache = %cache.display(), error = %e, "cannot remove a volume's cache")
+        }
     }
 }
 
@@ -262,7 +264,10 @@ impl NodeService {
             // At every publish: kubelet republishes (requiresRepublish) with a fresh token.
             let file = pod_identity::token_file(&self.tokens_dir, path);
             id.write_token(&file).map_err(|e| {
-                Status::internal(format!("cannot write the pod's token to {}: {e}", file.display()))
+                Status::internal(format!(
+                    "cannot write the pod's token to {}: {e}",
+                    file.display()
+                ))
             })?;
         }
         if existing.is_some() {
@@ -376,7 +381,10 @@ impl Node for NodeService {
             .is_some_and(|s| s.trim() == "pod")
         {
             // Each pod brings its own token at publish: every pod gets a mount of its own.
-            tracing::info!(volume = volume_id, "authenticationSource is pod: not staged, each publish mounts with the pod's token");
+            tracing::info!(
+                volume = volume_id,
+                "authenticationSource is pod: not staged, each publish mounts with the pod's token"
+            );
             return Ok(Response::new(NodeStageVolumeResponse {}));
         }
         let _guard = self.lock(&staging).await;

@@ -86,12 +86,12 @@ pub enum IdentityError {
     /// The tokens kubelet passed are not the expected JSON.
     #[error("cannot read the service-account tokens kubelet passed: {0}")]
     BadTokens(String),
-    /// A token of a known audience without the attribute it needs.
-    #[error("a token for {audience} needs the volume attribute `{attribute}`")]
+    /// An identity without the token or attribute it needs.
+    #[error("pod identity for {audience} needs {attribute}")]
     Missing {
         /// The token's audience.
         audience: &'static str,
-        /// The attribute to add.
+        /// The attribute or setting to add.
         attribute: &'static str,
     },
     /// Pod credentials together with a volume secret.
@@ -145,10 +145,13 @@ impl PodIdentity {
                 .filter(|v| !v.is_empty())
         };
         let mut settings = BTreeMap::new();
-        if let Some(token) = token_of(AUDIENCE_STS) {
-            let role = attr(AWS_ROLE_ARN).ok_or(IdentityError::Missing {
+        // kubelet passes a token for every audience of the CSIDriver: the volume's attributes
+        // say which identity it uses (a role ARN: web identity; an Azure client: workload
+        // identity; neither: EKS Pod Identity).
+        if let Some(role) = attr(AWS_ROLE_ARN) {
+            let token = token_of(AUDIENCE_STS).ok_or(IdentityError::Missing {
                 audience: AUDIENCE_STS,
-                attribute: AWS_ROLE_ARN,
+                attribute: "tokenRequests audience sts.amazonaws.com in the CSIDriver",
             })?;
             settings.insert("AWS_ROLE_ARN".into(), role);
             let session = context
@@ -168,6 +171,23 @@ impl PodIdentity {
                 settings,
             }));
         }
+        if let Some(client) = attr(AZURE_CLIENT_ID) {
+            let token = token_of(AUDIENCE_AZURE).ok_or(IdentityError::Missing {
+                audience: AUDIENCE_AZURE,
+                attribute: "tokenRequests audience api://AzureADTokenExchange in the CSIDriver",
+            })?;
+            let tenant = attr(AZURE_TENANT_ID).ok_or(IdentityError::Missing {
+                audience: AUDIENCE_AZURE,
+                attribute: AZURE_TENANT_ID,
+            })?;
+            settings.insert("AZURE_CLIENT_ID".into(), client);
+            settings.insert("AZURE_TENANT_ID".into(), tenant);
+            return Ok(Some(PodIdentity {
+                audience: AUDIENCE_AZURE,
+                token,
+                settings,
+            }));
+        }
         if let Some(token) = token_of(AUDIENCE_EKS) {
             settings.insert(
                 "AWS_CONTAINER_CREDENTIALS_FULL_URI".into(),
@@ -175,23 +195,6 @@ impl PodIdentity {
             );
             return Ok(Some(PodIdentity {
                 audience: AUDIENCE_EKS,
-                token,
-                settings,
-            }));
-        }
-        if let Some(token) = token_of(AUDIENCE_AZURE) {
-            for (name, var) in [
-                (AZURE_CLIENT_ID, "AZURE_CLIENT_ID"),
-                (AZURE_TENANT_ID, "AZURE_TENANT_ID"),
-            ] {
-                let v = attr(name).ok_or(IdentityError::Missing {
-                    audience: AUDIENCE_AZURE,
-                    attribute: name,
-                })?;
-                settings.insert(var.into(), v);
-            }
-            return Ok(Some(PodIdentity {
-                audience: AUDIENCE_AZURE,
                 token,
                 settings,
             }));
@@ -297,15 +300,27 @@ mod tests {
             PodIdentity::from_context(&ctx(&[(AUTHENTICATION_SOURCE, "node")]), &none),
             Err(IdentityError::BadSource(_))
         ));
-        let sts = r#"{"sts.amazonaws.com":{"token":"t"}}"#;
+        let eks = r#"{"pods.eks.amazonaws.com":{"token":"t"}}"#;
         assert!(matches!(
             PodIdentity::from_context(
-                &ctx(&[(AUTHENTICATION_SOURCE, "pod"), (TOKENS, sts)]),
+                &ctx(&[
+                    (AUTHENTICATION_SOURCE, "pod"),
+                    (AWS_ROLE_ARN, "arn:aws:iam::1:role/r"),
+                    (TOKENS, eks)
+                ]),
                 &none
             ),
             Err(IdentityError::Missing { .. })
         ));
-        let eks = r#"{"pods.eks.amazonaws.com":{"token":"t"}}"#;
+        // Both tokens (the CSIDriver asks for both audiences), no role: EKS Pod Identity.
+        let both = r#"{"pods.eks.amazonaws.com":{"token":"t"},"sts.amazonaws.com":{"token":"s"}}"#;
+        let id = PodIdentity::from_context(
+            &ctx(&[(AUTHENTICATION_SOURCE, "pod"), (TOKENS, both)]),
+            &none,
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(id.audience, AUDIENCE_EKS);
         let id = PodIdentity::from_context(
             &ctx(&[(AUTHENTICATION_SOURCE, "pod"), (TOKENS, eks)]),
             &none,
