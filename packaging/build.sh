@@ -41,17 +41,20 @@ apt_install() {
 }
 
 # --- the static binary -------------------------------------------------------------------------
-apt_install musl-tools
-grep -qx "$triple" <<<"$(rustup target list --installed 2>/dev/null)" || { say "rustup target add $triple"; rustup target add "$triple"; }
-export CARGO_TARGET_DIR=${SHARDFS_MUSL_TARGET_DIR:-$repo/target-musl}
-export CC_x86_64_unknown_linux_musl=musl-gcc
-# The packaged binary is stripped: skip the debug info the release profile keeps for profiling.
-export CARGO_PROFILE_RELEASE_DEBUG=0
-say "cargo build --release --target $triple"
-cargo build --locked --release --target "$triple"
-bin=$CARGO_TARGET_DIR/$triple/release/shardfs
-strip -o "$out/shardfs" "$bin"
-say "binary: $(stat -c %s "$out/shardfs") bytes, $(file -b "$out/shardfs" 2>/dev/null || echo static)"
+# (skipped when only arm64 is asked for)
+if has deb || has image || has wheel; then
+  apt_install musl-tools
+  grep -qx "$triple" <<<"$(rustup target list --installed 2>/dev/null)" || { say "rustup target add $triple"; rustup target add "$triple"; }
+  export CARGO_TARGET_DIR=${SHARDFS_MUSL_TARGET_DIR:-$repo/target-musl}
+  export CC_x86_64_unknown_linux_musl=musl-gcc
+  # The packaged binary is stripped: skip the debug info the release profile keeps for profiling.
+  export CARGO_PROFILE_RELEASE_DEBUG=0
+  say "cargo build --release --target $triple"
+  cargo build --locked --release --target "$triple"
+  bin=$CARGO_TARGET_DIR/$triple/release/shardfs
+  strip -o "$out/shardfs" "$bin"
+  say "binary: $(stat -c %s "$out/shardfs") bytes, $(file -b "$out/shardfs" 2>/dev/null || echo static)"
+fi
 
 # --- deb ------------------------------------------------------------------------------------------
 if has deb; then
@@ -127,6 +130,8 @@ fi
 # --- arm64: the static aarch64 binary (cross-compiled) and its image -------------------------------
 if has arm64; then
   a64=aarch64-unknown-linux-musl
+  export CARGO_TARGET_DIR=${SHARDFS_MUSL_TARGET_DIR:-$repo/target-musl}
+  export CARGO_PROFILE_RELEASE_DEBUG=0
   apt_install gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu
   grep -qx "$a64" <<<"$(rustup target list --installed 2>/dev/null)" || { say "rustup target add $a64"; rustup target add "$a64"; }
   # Rust's musl targets bring their own libc and start files; the cross gcc compiles the C

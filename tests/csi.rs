@@ -734,7 +734,7 @@ async fn csi_cache_limits_add_up_to_the_node_budget() {
         .unwrap();
     assert!(!idle[0].exists(), "the idle cache of pv-a is still there");
     let pid = daemon_pid(&p.staging("pv-b"));
-    assert!(cmdline(pid).contains(&format!("--cache-limit={}", 950u64 << 10)));
+    assert!(cmdline(pid).contains(&"--cache-limit=950KiB".to_string()));
     node.node_unstage_volume(unstage("pv-b")).await.unwrap();
     node.node_stage_volume(stage("pv-c", None)).await.unwrap();
     let pid = daemon_pid(&p.staging("pv-c"));

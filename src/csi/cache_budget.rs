@@ -148,21 +148,23 @@ impl CacheBudget {
             in_use.insert(dir.clone(), *l);
         }
         in_use.remove(cache);
-        let committed: u64 = in_use.values().sum();
+        let committed: u64 = in_use.values().fold(0u64, |a, b| a.saturating_add(*b));
         let fits = committed.saturating_add(limit) <= self.total;
         if fits {
             let mut idle = self.idle_caches(cache, &in_use);
-            let mut on_disk: u64 = idle.iter().map(|(_, _, size)| size).sum();
+            let mut on_disk: u64 = idle
+                .iter()
+                .fold(0u64, |sum, (_, _, size)| sum.saturating_add(*size));
             // Oldest last, so pop() takes it.
             idle.sort_by(|a, b| b.1.cmp(&a.1));
-            while committed + limit + on_disk > self.total {
+            while committed.saturating_add(limit).saturating_add(on_disk) > self.total {
                 let Some((dir, _, size)) = idle.pop() else {
                     break;
                 };
                 match std::fs::remove_dir_all(&dir) {
                     Ok(()) => {
                         tracing::info!(cache = %dir.display(), bytes = size, "removed an idle cache to make room in the node's cache budget");
-                        on_disk -= size;
+                        on_disk = on_disk.saturating_sub(size);
                     }
                     Err(e) => {
                         tracing::warn!(cache = %dir.display(), error = %e, "cannot remove an idle cache")

@@ -39,6 +39,9 @@ class Proxy(http.server.BaseHTTPRequestHandler):
             with open(tokens_file, "a") as f:
                 f.write(params.get("WebIdentityToken", [""])[0] + "\n")
         req = urllib.request.Request(moto + "/?" + query, data=body, method="POST")
+        # moto's server picks the service from the credential scope of the Authorization
+        # header (AssumeRoleWithWebIdentity is unsigned, so without one moto answers as S3).
+        req.add_header("Authorization", "AWS4-HMAC-SHA256 Credential=x/20260101/us-east-1/sts/aws4_request, SignedHeaders=host, Signature=0")
         for k in ("content-type",):
             if self.headers.get(k):
                 req.add_header(k, self.headers[k])
