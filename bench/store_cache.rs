@@ -306,7 +306,7 @@ fn main() {
         for size in [4096usize, 65536, 1 << 20] {
             for threads in [1usize, 8] {
                 let (mbs, ops) = read_bench(&cache, size, threads, secs);
-                results.push((backend, size, threads, mbs, ops));
+                results.push((backend.clone(), size, threads, mbs, ops));
             }
         }
     }

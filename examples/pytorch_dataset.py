@@ -5,11 +5,17 @@ exactly the samples StreamingDataset would give rank R in epoch E (same shuffle,
 DataLoader workers and batch size as given to `shardfs mount`). So a plain map-style Dataset
 over the sorted listing, read with `shuffle=False`, trains on the same stream of samples.
 
-    ds = RankFolder("/mnt/ds", rank=int(os.environ["RANK"]), epoch=epoch)
+    ds = RankFolder("/mnt/ds", rank=int(os.environ.get("RANK", 0)), epoch=epoch,
+                    transform=to_tensors)
     loader = DataLoader(ds, batch_size=32, num_workers=8, shuffle=False)
 
 Columns are decoded from the file extension: .jpg/.png with PIL, .npy with numpy, .txt as
-text (numbers as int/float), .json as JSON, .pkl with pickle, .bin as bytes.
+text (numbers as int/float), .json as JSON, .pkl with pickle, .bin as bytes. PIL images do not
+batch (`default_collate` takes tensors, numbers and strings): give a `transform` that turns
+each sample into tensors, such as `to_tensors` below.
+
+Run as a script it reads one rank folder and prints each sample's `id` column (or its position)
+and image shape, one line per sample: `python pytorch_dataset.py MOUNT [RANK] [EPOCH]`.
 """
 
 import io
@@ -52,9 +58,10 @@ def _decode(ext, data):
 class RankFolder(_Base):
     """Samples of `MOUNT/rank-{rank}/epoch-{epoch}/` in read order, one dict per sample."""
 
-    def __init__(self, mount, rank, epoch=0, columns=None, decode=True):
+    def __init__(self, mount, rank, epoch=0, columns=None, decode=True, transform=None):
         self.root = os.path.join(mount, f"rank-{rank}", f"epoch-{epoch}")
         self.decode = decode
+        self.transform = transform
         groups = {}
         order = []
         for name in sorted(os.listdir(self.root)):
@@ -77,11 +84,40 @@ class RankFolder(_Base):
             with open(os.path.join(self.root, name), "rb") as f:
                 data = f.read()
             out[column] = _decode(ext, data) if self.decode else data
-        return out
+        return self.transform(out) if self.transform else out
+
+
+def to_tensors(sample, size=None):
+    """A sample whose PIL images became uint8 C x H x W tensors (resized to `size`, a
+    (width, height), when given: images of different sizes do not batch), so that the
+    DataLoader's default collate batches it. Strings, numbers and arrays are kept."""
+    import numpy as np
+    import torch
+
+    out = {}
+    for column, value in sample.items():
+        if hasattr(value, "convert"):  # a PIL image
+            if size is not None:
+                value = value.resize(size)
+            value = torch.from_numpy(np.asarray(value).copy()).permute(2, 0, 1)
+        out[column] = value
+    return out
 
 
 if __name__ == "__main__":
     import sys
 
-    ds = RankFolder(sys.argv[1], rank=int(sys.argv[2]) if len(sys.argv) > 2 else 0)
-    print(len(ds), "samples; first:", {k: type(v).__name__ for k, v in ds[0].items()} if len(ds) else None)
+    import torch
+
+    mount = sys.argv[1]
+    rank = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    epoch = int(sys.argv[3]) if len(sys.argv) > 3 else 0
+    ds = RankFolder(mount, rank=rank, epoch=epoch, transform=to_tensors)
+    loader = torch.utils.data.DataLoader(ds, batch_size=4, num_workers=2, shuffle=False)
+    position = 0
+    for batch in loader:
+        for i, image in enumerate(batch["image"]):
+            ident = int(batch["id"][i]) if "id" in batch else position
+            c, h, w = image.shape
+            print(ident, f"{h}x{w}x{c}")
+            position += 1

@@ -81,7 +81,7 @@ printf '%s %s shardfs cache_dir=%s,shuffle,epochs=2,_netdev,nofail,x-systemd.aut
   "$repo/examples/tiny" "$mnt" "$scratch/cache-deb" >"$fstab"
 mount -T "$fstab" "$mnt"
 mountpoint -q "$mnt" || fail "mount -T did not mount $mnt"
-grep -q " $mnt fuse.shardfs " /proc/mounts || grep -q " $mnt fuse " /proc/mounts || fail "not a shardfs mount: $(grep " $mnt " /proc/mounts)"
+grep -q " $mnt fuse.shardfs " /proc/mounts || fail "not a fuse.shardfs mount: $(grep " $mnt " /proc/mounts)"
 cmp "$mnt/samples/00000000.text.txt" "$expected" || fail "sample 0 through the fstab mount differs"
 [ "$(ls "$mnt/rank-0/epoch-1" | wc -l)" -gt 0 ] || fail "epoch-1 is empty"
 umount "$mnt"

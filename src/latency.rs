@@ -35,8 +35,10 @@ pub struct LatencyHistogram {
     sum_ns: AtomicU64,
 }
 
-/// A consistent-enough copy of a histogram for export.
-#[derive(Debug, Clone, PartialEq)]
+/// A consistent-enough copy of a histogram for export (serialized as `{"le_seconds", "counts",
+/// "count", "sum_seconds"}` for status.json and the metrics endpoint).
+#[derive(Debug, Clone, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(into = "LatencyJson", try_from = "LatencyJson")]
 pub struct LatencySnapshot {
     /// (upper bound in seconds, observations in this bucket alone), the last bound infinite.
     pub buckets: Vec<(f64, u64)>,
@@ -73,50 +75,67 @@ impl LatencyHistogram {
     }
 }
 
-impl LatencySnapshot {
-    /// `{"le_seconds": [finite bounds], "counts": [per bucket, one more than bounds], "count",
-    /// "sum_seconds"}` (JSON has no infinity), for status.json and the metrics endpoint.
-    pub fn to_json(&self) -> serde_json::Value {
-        let bounds: Vec<f64> = self
-            .buckets
-            .iter()
-            .map(|b| b.0)
-            .filter(|b| b.is_finite())
-            .collect();
-        let counts: Vec<u64> = self.buckets.iter().map(|b| b.1).collect();
-        serde_json::json!({
-            "le_seconds": bounds,
-            "counts": counts,
-            "count": self.count,
-            "sum_seconds": self.sum_seconds,
-        })
-    }
+/// The JSON form of a [`LatencySnapshot`]: `{"le_seconds": [finite bounds], "counts": [per
+/// bucket, one more than bounds], "count", "sum_seconds"}` (JSON has no infinity).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct LatencyJson {
+    le_seconds: Vec<f64>,
+    counts: Vec<u64>,
+    count: u64,
+    sum_seconds: f64,
+}
 
-    /// Reads [`LatencySnapshot::to_json`]'s form back (None when it is not that form).
-    pub fn from_json(v: &serde_json::Value) -> Option<LatencySnapshot> {
-        let bounds: Vec<f64> = v["le_seconds"]
-            .as_array()?
-            .iter()
-            .map(|b| b.as_f64())
-            .collect::<Option<_>>()?;
-        let counts: Vec<u64> = v["counts"]
-            .as_array()?
-            .iter()
-            .map(|c| c.as_u64())
-            .collect::<Option<_>>()?;
-        if counts.len() != bounds.len() + 1 {
-            return None;
+/// A snapshot's JSON form does not have one count more than bounds.
+#[derive(Debug, thiserror::Error)]
+#[error("a latency histogram needs one count more than bounds: {bounds} bounds, {counts} counts")]
+pub struct LatencyShapeError {
+    bounds: usize,
+    counts: usize,
+}
+
+impl From<LatencySnapshot> for LatencyJson {
+    fn from(s: LatencySnapshot) -> Self {
+        LatencyJson {
+            le_seconds: s
+                .buckets
+                .iter()
+                .map(|b| b.0)
+                .filter(|b| b.is_finite())
+                .collect(),
+            counts: s.buckets.iter().map(|b| b.1).collect(),
+            count: s.count,
+            sum_seconds: s.sum_seconds,
         }
-        let buckets = bounds
+    }
+}
+
+impl TryFrom<LatencyJson> for LatencySnapshot {
+    type Error = LatencyShapeError;
+    fn try_from(j: LatencyJson) -> Result<Self, Self::Error> {
+        if j.counts.len() != j.le_seconds.len() + 1 {
+            return Err(LatencyShapeError {
+                bounds: j.le_seconds.len(),
+                counts: j.counts.len(),
+            });
+        }
+        let buckets = j
+            .le_seconds
             .into_iter()
             .chain(std::iter::once(f64::INFINITY))
-            .zip(counts)
+            .zip(j.counts)
             .collect();
-        Some(LatencySnapshot {
+        Ok(LatencySnapshot {
             buckets,
-            count: v["count"].as_u64()?,
-            sum_seconds: v["sum_seconds"].as_f64()?,
+            count: j.count,
+            sum_seconds: j.sum_seconds,
         })
+    }
+}
+
+impl Default for LatencySnapshot {
+    /// Every bucket empty.
+    fn default() -> Self {
+        LatencyHistogram::default().snapshot()
     }
 }
 
@@ -144,7 +163,9 @@ mod tests {
             "{}",
             s.sum_seconds
         );
-        assert_eq!(LatencySnapshot::from_json(&s.to_json()), Some(s));
-        assert_eq!(LatencySnapshot::from_json(&serde_json::json!({})), None);
+        let text = serde_json::to_string(&s).unwrap();
+        assert_eq!(serde_json::from_str::<LatencySnapshot>(&text).unwrap(), s);
+        let lopsided = r#"{"le_seconds": [1.0], "counts": [1], "count": 1, "sum_seconds": 1.0}"#;
+        assert!(serde_json::from_str::<LatencySnapshot>(lopsided).is_err());
     }
 }

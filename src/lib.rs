@@ -2,7 +2,9 @@
 //! pre-shuffled, per-rank sample files (see `docs/` and the project README).
 //!
 //! Modules depend on each other in one direction only:
-//! `mds`, `order` (pure) ← `store` ← `cache` ← `readahead` ← `vfs` ← `fuse` ← `cli`.
+//! `mds`, `order` (pure) ← `store` ← `cache` ← `readahead` ← `vfs` ← `fuse` ← `cli`;
+//! `status` (the typed status tree) sits between `cache` and `readahead`.
+//! `pack` (writing datasets) uses `mds` and `store` only, and `cli` uses it.
 #![warn(missing_docs)]
 
 pub mod cache;
@@ -12,6 +14,8 @@ pub mod fuse;
 pub mod latency;
 pub mod mds;
 pub mod order;
+pub mod pack;
 pub mod readahead;
+pub mod status;
 pub mod store;
 pub mod vfs;

@@ -237,7 +237,10 @@ fn every_fixture_sample_reads_back_from_local_sources_with_both_io_backends() {
                 IoMode::Pread => assert_eq!(backend, "pread"),
                 // Auto falls back to pread where io_uring is unavailable.
                 IoMode::Auto => {
-                    assert!(["io_uring-inline", "pread"].contains(&backend), "{backend}")
+                    assert!(
+                        ["io_uring-inline", "pread"].contains(&&*backend),
+                        "{backend}"
+                    )
                 }
                 _ => assert_eq!(backend, "io_uring"),
             }

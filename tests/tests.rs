@@ -8,4 +8,5 @@ mod kubernetes;
 mod mds;
 mod mount;
 mod order;
+mod pack;
 mod store;

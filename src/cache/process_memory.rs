@@ -6,12 +6,13 @@
 //! allocator has handed out, what it holds free, and the page pool's buffers, so a growing
 //! number points at its cause (bench/soak.py prints them per minute).
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::io::page_pool;
 
 /// One reading of the process's memory.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct ProcessMemory {
     /// Resident bytes of the whole process (`VmRSS`), `None` when `/proc` is unreadable.
     pub rss_bytes: Option<u64>,

@@ -897,9 +897,9 @@ impl ShardCache {
             idle_download_buffer_bytes: self.downloads.idle_buffer_bytes(),
             pinned_shards: pinned,
             io_backend: if self.direct {
-                "pread-direct"
+                "pread-direct".into()
             } else {
-                self.reader.name()
+                self.reader.name().into()
             },
         }
     }

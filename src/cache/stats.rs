@@ -1,9 +1,11 @@
 //! Cache counters: cheap atomics bumped on the hot path, read as one [`CacheStats`] snapshot.
 
+use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// A snapshot of the cache's counters (what `.shardfs/status.json` shows).
-#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default)]
 pub struct CacheStats {
     /// Bytes downloaded from the store (stored form: compressed when compressed), including
     /// ranged header/sample reads.
@@ -52,7 +54,8 @@ pub struct CacheStats {
     pub read_ahead_unused: u64,
     /// Bytes of shards currently on disk.
     pub usage_bytes: u64,
-    /// The disk budget (`u64::MAX` when unlimited).
+    /// The disk budget (`u64::MAX` when unlimited, written as `null`).
+    #[serde(with = "unlimited_is_null")]
     pub limit_bytes: u64,
     /// Shards currently on disk.
     pub resident_shards: u64,
@@ -69,7 +72,20 @@ pub struct CacheStats {
     /// Which reader serves cached files: "pread-direct" (past the page cache, the default where
     /// the cache folder's file system takes it), else "io_uring-inline", "io_uring" (ring
     /// threads) or "pread".
-    pub io_backend: &'static str,
+    pub io_backend: Cow<'static, str>,
+}
+
+/// `u64::MAX` (no limit) as JSON `null`, any other number as itself.
+mod unlimited_is_null {
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S: Serializer>(v: &u64, s: S) -> Result<S::Ok, S::Error> {
+        (*v != u64::MAX).then_some(*v).serialize(s)
+    }
+
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        Ok(Option::<u64>::deserialize(d)?.unwrap_or(u64::MAX))
+    }
 }
 
 #[derive(Debug, Default)]

@@ -1,6 +1,6 @@
 //! `--metrics-addr HOST:PORT`: the mount's live counters as a Prometheus `/metrics` endpoint.
 //!
-//! Every scrape reads the same snapshot `.shardfs/status.json` shows ([`Vfs::status_value`])
+//! Every scrape reads the same snapshot `.shardfs/status.json` shows ([`Vfs::status`], one typed [`MountStatus`])
 //! and encodes it with the `prometheus-client` crate (OpenMetrics text, which Prometheus
 //! scrapes natively), so the endpoint and the status file can never disagree. The server is
 //! one thread with a blocking accept loop: scrapes come every few seconds, not thousands per
@@ -11,21 +11,21 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::cache::CacheStats;
+use crate::latency::LatencySnapshot;
+use crate::status::{MountStatus, RankStatus, StreamCacheStatus};
+use crate::vfs::Vfs;
 use anyhow::{Context, Result};
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::Registry;
-use serde_json::Value;
-
-use crate::latency::LatencySnapshot;
-use crate::vfs::Vfs;
 
 type Labels = Vec<(String, String)>;
 
 /// Where the numbers of one scrape come from.
-type StatusFn = Arc<dyn Fn() -> Value + Send + Sync>;
+type StatusFn = Arc<dyn Fn() -> MountStatus + Send + Sync>;
 
 #[derive(Clone)]
 struct StatusCollector(StatusFn);
@@ -50,85 +50,69 @@ fn label(pairs: &[(&str, &str)]) -> Labels {
         .collect()
 }
 
-fn num(v: &Value) -> Option<f64> {
-    v.as_f64()
-}
-
 /// The metric families of one status snapshot: (name, help, samples), in a fixed order.
-fn families(status: &Value) -> Vec<(&'static str, &'static str, Family)> {
+fn families(status: &MountStatus) -> Vec<(&'static str, &'static str, Family)> {
     let mut out = Vec::new();
-    let streams: Vec<&Value> = status["cache"]
-        .as_array()
-        .map(|a| a.iter().collect())
-        .unwrap_or_default();
-    let per_stream = |field: &str| -> Vec<(Labels, f64)> {
+    let streams = &status.cache;
+    let stream_labels = |i: usize, s: &StreamCacheStatus| {
+        label(&[("stream", &i.to_string()), ("source", &s.source)])
+    };
+    let per_stream = |field: fn(&CacheStats) -> u64| -> Vec<(Labels, f64)> {
         streams
             .iter()
             .enumerate()
-            .filter_map(|(i, s)| {
-                let source = s["source"].as_str().unwrap_or("");
-                num(&s[field])
-                    .map(|v| (label(&[("stream", &i.to_string()), ("source", source)]), v))
-            })
+            .map(|(i, s)| (stream_labels(i, s), field(&s.stats) as f64))
             .collect()
     };
-    out.push(("shardfs_store_fetched_bytes", "Bytes downloaded from the object store (as stored: compressed shards compressed), ranged reads included.", Family::Counter(per_stream("bytes_fetched"))));
+    out.push(("shardfs_store_fetched_bytes", "Bytes downloaded from the object store (as stored: compressed shards compressed), ranged reads included.", Family::Counter(per_stream(|c| c.bytes_fetched))));
     out.push((
         "shardfs_store_shard_fetches",
         "Whole shards downloaded, verified and cached.",
-        Family::Counter(per_stream("shards_fetched")),
+        Family::Counter(per_stream(|c| c.shards_fetched)),
     ));
     out.push((
         "shardfs_store_repaired_downloads",
         "Downloads in parts that failed verification and were made whole by fetching only their parts again.",
-        Family::Counter(per_stream("repaired_downloads")),
+        Family::Counter(per_stream(|c| c.repaired_downloads)),
     ));
     out.push((
         "shardfs_store_parts_refetched",
         "Parts fetched again to repair downloads that failed verification.",
-        Family::Counter(per_stream("parts_refetched")),
+        Family::Counter(per_stream(|c| c.parts_refetched)),
     ));
     out.push((
         "shardfs_store_ranged_fetches",
         "Ranged requests for headers or samples of shards not on disk (stat before read).",
-        Family::Counter(per_stream("ranged_fetches")),
+        Family::Counter(per_stream(|c| c.ranged_fetches)),
     ));
-    let tiered = |memory: &str, disk: &str| -> Vec<(Labels, f64)> {
+    let tiered = |memory: fn(&CacheStats) -> u64, disk: fn(&CacheStats) -> u64| {
         let mut v = Vec::new();
         for (i, s) in streams.iter().enumerate() {
-            let source = s["source"].as_str().unwrap_or("");
             for (tier, field) in [("memory", memory), ("disk", disk)] {
-                if let Some(x) = num(&s[field]) {
-                    v.push((
-                        label(&[
-                            ("stream", &i.to_string()),
-                            ("source", source),
-                            ("tier", tier),
-                        ]),
-                        x,
-                    ));
-                }
+                let mut labels = stream_labels(i, s);
+                labels.push(("tier".into(), tier.into()));
+                v.push((labels, field(&s.stats) as f64));
             }
         }
         v
     };
-    out.push(("shardfs_cache_hits", "Look-ups served by the memory tier (samples, headers) or finding the shard on the disk tier.", Family::Counter(tiered("memory_hits", "disk_hits"))));
+    out.push(("shardfs_cache_hits", "Look-ups served by the memory tier (samples, headers) or finding the shard on the disk tier.", Family::Counter(tiered(|c| c.memory_hits, |c| c.disk_hits))));
     out.push((
         "shardfs_cache_misses",
         "Look-ups the memory tier could not serve, or that had to fetch (or wait for) the shard.",
-        Family::Counter(tiered("memory_misses", "disk_misses")),
+        Family::Counter(tiered(|c| c.memory_misses, |c| c.disk_misses)),
     ));
     out.push((
         "shardfs_cache_evictions",
         "Shards evicted from the disk tier to stay within the cache limit.",
-        Family::Counter(per_stream("evictions")),
+        Family::Counter(per_stream(|c| c.evictions)),
     ));
     out.push((
         "shardfs_cache_usage_bytes",
         "Bytes of shards on the disk tier now.",
-        Family::Gauge(per_stream("usage_bytes")),
+        Family::Gauge(per_stream(|c| c.usage_bytes)),
     ));
-    let limits = per_stream("limit_bytes")
+    let limits = per_stream(|c| c.limit_bytes)
         .into_iter()
         .filter(|(_, v)| *v < u64::MAX as f64)
         .collect();
@@ -140,194 +124,184 @@ fn families(status: &Value) -> Vec<(&'static str, &'static str, Family)> {
     out.push((
         "shardfs_cache_resident_shards",
         "Shards on the disk tier now.",
-        Family::Gauge(per_stream("resident_shards")),
+        Family::Gauge(per_stream(|c| c.resident_shards)),
     ));
     out.push((
         "shardfs_memory_tier_bytes",
         "Bytes the memory tier holds now.",
-        Family::Gauge(per_stream("memory_tier_bytes")),
+        Family::Gauge(per_stream(|c| c.memory_tier_bytes)),
     ));
     out.push((
         "shardfs_downloading_bytes",
         "Bytes of shards being downloaded, held in memory until they are on disk.",
-        Family::Gauge(per_stream("downloading_bytes")),
+        Family::Gauge(per_stream(|c| c.downloading_bytes)),
     ));
     out.push((
         "shardfs_idle_download_buffer_bytes",
         "Bytes of buffers of finished downloads kept for the next ones.",
-        Family::Gauge(per_stream("idle_download_buffer_bytes")),
+        Family::Gauge(per_stream(|c| c.idle_download_buffer_bytes)),
     ));
     let fetch = streams
         .iter()
         .enumerate()
-        .filter_map(|(i, s)| {
-            let source = s["source"].as_str().unwrap_or("");
-            LatencySnapshot::from_json(&s["fetch_latency"])
-                .map(|h| (label(&[("stream", &i.to_string()), ("source", source)]), h))
-        })
+        .map(|(i, s)| (stream_labels(i, s), s.fetch_latency.clone()))
         .collect();
     out.push((
         "shardfs_fetch_duration_seconds",
         "Time to download and verify one whole shard.",
         Family::Histogram(fetch),
     ));
-    let read = LatencySnapshot::from_json(&status["read_latency"])
-        .map(|h| vec![(Labels::new(), h)])
-        .unwrap_or_default();
     out.push((
         "shardfs_read_duration_seconds",
         "Time to answer one read of a sample file, waits for its shard included.",
-        Family::Histogram(read),
+        Family::Histogram(vec![(Labels::new(), status.read_latency.clone())]),
     ));
 
-    let ra = &status["readahead"];
-    let one = |v: &Value| num(v).map(|x| vec![(Labels::new(), x)]).unwrap_or_default();
+    let ra = &status.readahead;
+    let one = |v: f64| vec![(Labels::new(), v)];
     out.push((
         "shardfs_stalls",
         "Reads that had to wait for their shard to arrive.",
-        Family::Counter(one(&ra["stalls"])),
+        Family::Counter(one(ra.stalls as f64)),
     ));
     out.push((
         "shardfs_stall_seconds",
         "Total time reads waited for their shards.",
-        Family::Counter(one(&ra["stall_seconds"])),
+        Family::Counter(one(ra.stall_seconds)),
     ));
     out.push((
         "shardfs_prefetches",
         "Shards fetched ahead of their readers by the readahead scheduler.",
-        Family::Counter(one(&ra["prefetches"])),
+        Family::Counter(one(ra.prefetches as f64)),
     ));
     out.push((
         "shardfs_prefetched_bytes_for_next_epoch",
         "Bytes of shards the readahead fetched for a rank's next epoch while it read the current one.",
-        Family::Counter(one(&ra["prefetched_bytes_for_next_epoch"])),
+        Family::Counter(one(ra.prefetched_bytes_for_next_epoch as f64)),
     ));
     out.push((
         "shardfs_samples_advised",
         "Samples of cached shards asked into the page cache ahead of their readers.",
-        Family::Counter(one(&ra["samples_advised"])),
+        Family::Counter(one(ra.samples_advised as f64)),
     ));
     out.push((
         "shardfs_samples_read_ahead",
         "Samples of cached shards read into memory ahead of their readers (cache files read past the page cache).",
-        Family::Counter(per_stream("samples_read_ahead")),
+        Family::Counter(per_stream(|c| c.samples_read_ahead)),
     ));
     out.push((
         "shardfs_read_ahead_hits",
         "Sample reads answered by a sample read ahead.",
-        Family::Counter(per_stream("read_ahead_hits")),
+        Family::Counter(per_stream(|c| c.read_ahead_hits)),
     ));
     out.push((
         "shardfs_fetches_in_flight",
         "Readahead fetches running now.",
-        Family::Gauge(one(&ra["fetches_in_flight"])),
+        Family::Gauge(one(ra.fetches_in_flight as f64)),
     ));
     out.push((
         "shardfs_fetches_pending",
         "Readahead fetches planned and waiting for a slot.",
-        Family::Gauge(one(&ra["fetches_pending"])),
+        Family::Gauge(one(ra.fetches_pending as f64)),
     ));
 
-    let ranks: Vec<&Value> = ra["ranks"]
-        .as_array()
-        .map(|a| a.iter().collect())
-        .unwrap_or_default();
-    let global: Vec<u64> = status["ranks"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_u64).collect())
-        .unwrap_or_default();
-    let per_rank = |field: &str| -> Vec<(Labels, f64)> {
-        ranks
+    let per_rank = |field: fn(&RankStatus) -> Option<f64>| -> Vec<(Labels, f64)> {
+        ra.ranks
             .iter()
             .enumerate()
             .filter_map(|(i, r)| {
-                let rank = global
+                let rank = status
+                    .ranks
                     .get(i)
                     .map(|g| g.to_string())
                     .unwrap_or_else(|| i.to_string());
-                num(&r[field]).map(|v| (label(&[("rank", &rank)]), v))
+                field(r).map(|v| (label(&[("rank", &rank)]), v))
             })
             .collect()
     };
     out.push((
         "shardfs_rank_epoch",
         "The epoch each rank is reading.",
-        Family::Gauge(per_rank("epoch")),
+        Family::Gauge(per_rank(|r| Some(r.epoch as f64))),
     ));
     out.push((
         "shardfs_rank_position",
         "The furthest position each rank has read in its epoch (samples from the epoch's start).",
-        Family::Gauge(per_rank("cursor")),
+        Family::Gauge(per_rank(|r| r.cursor.map(|c| c as f64))),
     ));
     out.push((
         "shardfs_rank_lowest_unread_position",
         "The lowest position each rank's slowest worker has still to read (readahead keeps its shards).",
-        Family::Gauge(per_rank("lowest_unread")),
+        Family::Gauge(per_rank(|r| r.lowest_unread.map(|c| c as f64))),
     ));
     out.push((
         "shardfs_rank_epoch_samples",
         "Samples in each rank's current epoch.",
-        Family::Gauge(per_rank("epoch_samples")),
+        Family::Gauge(per_rank(|r| r.epoch_samples.map(|n| n as f64))),
     ));
     out.push((
         "shardfs_rank_samples_per_second",
         "Each rank's pace through its current epoch since the epoch's first read.",
-        Family::Gauge(per_rank("samples_per_second")),
+        Family::Gauge(per_rank(|r| Some(r.samples_per_second))),
     ));
     out.push((
         "shardfs_rank_read_bytes",
         "Bytes of sample files delivered to each rank.",
-        Family::Counter(per_rank("bytes_read")),
+        Family::Counter(per_rank(|r| Some(r.bytes_read as f64))),
     ));
     out.push((
         "shardfs_rank_reads",
         "Read requests of sample files from each rank.",
-        Family::Counter(per_rank("requests")),
+        Family::Counter(per_rank(|r| Some(r.requests as f64))),
     ));
 
-    let mut errors = Vec::new();
-    if let Some(n) = num(&status["errors"]["count"]) {
-        errors.push((label(&[("kind", "shard_unavailable")]), n));
-    }
-    let sum = |field: &str| streams.iter().filter_map(|s| num(&s[field])).sum::<f64>();
-    errors.push((label(&[("kind", "fill_failed")]), sum("fill_failures")));
-    errors.push((label(&[("kind", "verify_failed")]), sum("verify_failures")));
-    errors.push((
-        label(&[("kind", "disk_write_failed")]),
-        sum("disk_write_failures"),
+    let sum =
+        |field: fn(&CacheStats) -> u64| streams.iter().map(|s| field(&s.stats) as f64).sum::<f64>();
+    let errors = vec![
+        (
+            label(&[("kind", "shard_unavailable")]),
+            status.errors.count as f64,
+        ),
+        (label(&[("kind", "fill_failed")]), sum(|c| c.fill_failures)),
+        (
+            label(&[("kind", "verify_failed")]),
+            sum(|c| c.verify_failures),
+        ),
+        (
+            label(&[("kind", "disk_write_failed")]),
+            sum(|c| c.disk_write_failures),
+        ),
+        (
+            label(&[("kind", "prefetch_failed")]),
+            ra.prefetch_errors as f64,
+        ),
+    ];
+    let answers = &status.errors.answers;
+    out.push((
+        "shardfs_error_answers",
+        "Requests answered with an error because their shard was unavailable, by kind: reads of sample files (read) and look-ups of sizes not known yet (size); repeats included.",
+        Family::Counter(vec![
+            (label(&[("op", "read")]), answers.read as f64),
+            (label(&[("op", "size")]), answers.size as f64),
+        ]),
     ));
-    if let Some(n) = num(&ra["prefetch_errors"]) {
-        errors.push((label(&[("kind", "prefetch_failed")]), n));
-    }
-    let answers: Vec<_> = ["read", "size"]
-        .iter()
-        .filter_map(|op| num(&status["errors"]["answers"][*op]).map(|n| (label(&[("op", op)]), n)))
-        .collect();
-    if !answers.is_empty() {
-        out.push((
-            "shardfs_error_answers",
-            "Requests answered with an error because their shard was unavailable, by kind: reads of sample files (read) and look-ups of sizes not known yet (size); repeats included.",
-            Family::Counter(answers),
-        ));
-    }
     out.push(("shardfs_errors", "Failures by kind: reads answered EIO (shard_unavailable), failed shard fills, downloads or cached files that failed verification, shards the cache disk could not take, failed prefetches.", Family::Counter(errors)));
     out.push((
         "shardfs_uptime_seconds",
         "Seconds since the mount started.",
-        Family::Gauge(one(&status["uptime_seconds"])),
+        Family::Gauge(one(status.uptime_seconds)),
     ));
+    let m = &status.memory;
     let memory: Vec<_> = [
-        ("resident", "rss_bytes"),
-        ("heap_in_use", "heap_in_use_bytes"),
-        ("heap_mapped", "heap_mapped_bytes"),
-        ("heap_free", "heap_free_bytes"),
-        ("page_pool", "page_pool_mapped_bytes"),
-        ("page_pool_free", "page_pool_free_bytes"),
+        ("resident", m.rss_bytes),
+        ("heap_in_use", m.heap_in_use_bytes),
+        ("heap_mapped", m.heap_mapped_bytes),
+        ("heap_free", m.heap_free_bytes),
+        ("page_pool", Some(m.page_pool_mapped_bytes)),
+        ("page_pool_free", Some(m.page_pool_free_bytes)),
     ]
-    .iter()
-    .filter_map(|(kind, field)| {
-        num(&status["memory"][*field]).map(|n| (label(&[("kind", kind)]), n))
-    })
+    .into_iter()
+    .filter_map(|(kind, n)| n.map(|n| (label(&[("kind", kind)]), n as f64)))
     .collect();
     out.push((
         "shardfs_process_memory_bytes",
@@ -337,7 +311,7 @@ fn families(status: &Value) -> Vec<(&'static str, &'static str, Family)> {
     out.push((
         "shardfs_process_threads",
         "Threads of the daemon.",
-        Family::Gauge(one(&status["memory"]["threads"])),
+        Family::Gauge(m.threads.map(|t| one(t as f64)).unwrap_or_default()),
     ));
     out
 }
@@ -396,7 +370,7 @@ impl prometheus_client::collector::Collector for StatusCollector {
 }
 
 /// The OpenMetrics text of one status snapshot.
-pub fn render(status: Value) -> String {
+pub fn render(status: MountStatus) -> String {
     let mut registry = Registry::default();
     registry.register_collector(Box::new(StatusCollector(Arc::new(move || status.clone()))));
     let mut out = String::new();
@@ -412,9 +386,7 @@ pub fn serve(addr: &str, vfs: Arc<Vfs>) -> Result<SocketAddr> {
         TcpListener::bind(addr).with_context(|| format!("--metrics-addr {addr}: cannot listen"))?;
     let local = listener.local_addr().context("metrics listener address")?;
     let mut registry = Registry::default();
-    registry.register_collector(Box::new(StatusCollector(Arc::new(move || {
-        vfs.status_value()
-    }))));
+    registry.register_collector(Box::new(StatusCollector(Arc::new(move || vfs.status()))));
     let registry = Arc::new(registry);
     std::thread::Builder::new()
         .name("metrics".into())
@@ -489,26 +461,62 @@ mod tests {
     fn status_becomes_openmetrics_text() {
         let h = crate::latency::LatencyHistogram::default();
         h.observe(Duration::from_millis(3));
-        let status = serde_json::json!({
-            "uptime_seconds": 12.5,
-            "ranks": [3],
-            "errors": {"count": 2, "recent": []},
-            "readahead": {"stalls": 4, "stall_seconds": 1.5, "prefetches": 9, "prefetch_errors": 0,
-                          "fetches_in_flight": 1, "fetches_pending": 0,
-                          "ranks": [{"local_rank": 0, "epoch": 1, "cursor": 42, "epoch_samples": 100,
-                                     "samples_per_second": 7.5, "bytes_read": 1000, "requests": 10}]},
-            "cache": [{"source": "s3://b/p", "bytes_fetched": 5000, "shards_fetched": 2,
-                       "ranged_fetches": 1, "memory_hits": 3, "memory_misses": 4, "disk_hits": 5,
-                       "disk_misses": 6, "evictions": 0, "usage_bytes": 4000,
-                       "limit_bytes": u64::MAX, "resident_shards": 2, "fill_failures": 1,
-                       "memory_tier_bytes": 700, "downloading_bytes": 64,
-                       "idle_download_buffer_bytes": 32,
-                       "verify_failures": 0, "fetch_latency": h.snapshot().to_json()}],
-            "read_latency": h.snapshot().to_json(),
-            "memory": {"rss_bytes": 40960000, "threads": 65, "heap_in_use_bytes": null,
-                       "heap_mapped_bytes": null, "heap_free_bytes": null, "page_pool_mapped_bytes": 4096,
-                       "page_pool_free_bytes": 0},
-        });
+        let ranks = vec![RankStatus {
+            epoch: 1,
+            cursor: Some(42),
+            epoch_samples: Some(100),
+            samples_per_second: 7.5,
+            bytes_read: 1000,
+            requests: 10,
+            ..RankStatus::default()
+        }];
+        let stats = CacheStats {
+            bytes_fetched: 5000,
+            shards_fetched: 2,
+            ranged_fetches: 1,
+            memory_hits: 3,
+            memory_misses: 4,
+            disk_hits: 5,
+            disk_misses: 6,
+            usage_bytes: 4000,
+            limit_bytes: u64::MAX,
+            resident_shards: 2,
+            fill_failures: 1,
+            memory_tier_bytes: 700,
+            downloading_bytes: 64,
+            idle_download_buffer_bytes: 32,
+            ..CacheStats::default()
+        };
+        let status = MountStatus {
+            uptime_seconds: 12.5,
+            ranks: vec![3],
+            errors: crate::status::ErrorsStatus {
+                count: 2,
+                ..Default::default()
+            },
+            readahead: crate::status::ReadaheadStatus {
+                stalls: 4,
+                stall_seconds: 1.5,
+                prefetches: 9,
+                fetches_in_flight: 1,
+                ranks,
+                ..Default::default()
+            },
+            cache: vec![StreamCacheStatus {
+                stats,
+                source: "s3://b/p".into(),
+                dir: String::new(),
+                fetch_latency: h.snapshot(),
+            }],
+            read_latency: h.snapshot(),
+            memory: crate::cache::process_memory::ProcessMemory {
+                rss_bytes: Some(40960000),
+                threads: Some(65),
+                page_pool_mapped_bytes: 4096,
+                ..Default::default()
+            },
+            ..MountStatus::default()
+        };
         let text = render(status);
         for want in [
             "# TYPE shardfs_store_fetched_bytes counter",

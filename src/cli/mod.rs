@@ -16,6 +16,7 @@ mod mount_options;
 mod mount_setup;
 mod order;
 pub mod ordering;
+mod pack;
 mod progress;
 pub mod reference;
 mod status;
@@ -74,12 +75,16 @@ enum Command {
     Order(order::OrderArgs),
     /// Mount a dataset as a read-only tree of per-rank sample files.
     Mount(mount::MountArgs),
-    /// Unmount a shardfs mount, wait for its daemon to exit and report how it ended.
+    /// Unmount a shardfs mount (type fuse.shardfs; any other filesystem is refused), wait for
+    /// its daemon to exit and report how it ended.
     Unmount(mount::UnmountArgs),
     /// Run the Kubernetes CSI node plugin (gRPC on a unix socket).
     Csi(csi::CsiArgs),
     /// Show a live view of a mount: per-rank progress, cache, fetches, stalls, errors.
     Status(status::StatusArgs),
+    /// Turn an ImageFolder tree, JSON Lines or WebDataset tars into an MDS dataset (as
+    /// MDSWriter writes it); --part K/N and --merge spread the work over many machines.
+    Pack(pack::PackArgs),
     /// Write the man pages into DIR (for packagers).
     #[command(hide = true)]
     GenerateMan(generate::GenerateArgs),
@@ -93,7 +98,29 @@ enum Command {
 
 /// Entry point of the `shardfs` binary: parse, run, and map errors to one line and exit code 1.
 pub fn main() -> ExitCode {
-    let cli = Cli::parse_from(mount_options::expand(std::env::args_os().collect()));
+    let known = std::cell::OnceCell::new();
+    let is_flag = |key: &str| {
+        known
+            .get_or_init(|| {
+                let mut names = mount_flag_names();
+                let cmd = <Cli as clap::CommandFactory>::command();
+                names.extend(
+                    cmd.get_arguments()
+                        .filter_map(|a| a.get_long().map(str::to_string)),
+                );
+                names
+            })
+            .iter()
+            .any(|n| n == key)
+    };
+    let args = match mount_options::expand(std::env::args_os().collect(), is_flag) {
+        Ok(args) => args,
+        Err(e) => {
+            eprintln!("shardfs: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let cli = Cli::parse_from(args);
     let one_shot = matches!(
         cli.command,
         Command::Inspect(_) | Command::Cat(_) | Command::Order(_)
@@ -125,6 +152,7 @@ pub fn main() -> ExitCode {
         Command::Unmount(a) => mount::run_unmount(a),
         Command::Csi(a) => csi::run(a),
         Command::Status(a) => status::run(a),
+        Command::Pack(a) => pack::run(a),
         Command::GenerateMan(a) => generate::man(a),
         Command::GenerateCompletions(a) => generate::completions(a),
         Command::GenerateConfigReference => reference::run(),

@@ -1,10 +1,10 @@
 //! `shardfs mount` / `shardfs unmount`: checks, background start, signals, clean unmount.
 //!
 //! Background mode re-executes this binary with `--foreground` in a new session and waits on a
-//! readiness pipe: the child writes `ok` once the FUSE handshake is done (the mount answers),
-//! or the one-line error that stopped it, so `shardfs mount` returns only when the mount is
-//! usable and fails with the child's message otherwise. The child logs to
-//! `CACHE_DIR/shardfs.log`.
+//! readiness pipe: the child writes `ok` and the mount's one-line summary once the FUSE
+//! handshake is done (the mount answers), or the one-line error that stopped it, so
+//! `shardfs mount` returns only when the mount is usable, printing that summary, and fails
+//! with the child's message otherwise. The child logs to `CACHE_DIR/shardfs.log`.
 
 use std::ffi::OsString;
 use std::io::{Read, Write};
@@ -54,14 +54,32 @@ pub fn run(args: MountArgs) -> Result<()> {
         Some(fd) if fd > 2 => Some(unsafe { OwnedFd::from_raw_fd(fd) }),
         _ => None,
     };
+    args.config.check_arguments()?;
+    if ready.is_none() {
+        warn_if_not_empty(args.config.mountpoint());
+    }
     if ready.is_some() || args.foreground {
         std::env::remove_var(READY_FD_ENV);
         return run_foreground(&args.config, ready);
     }
-    start_background(&args.config)
+    let summary = start_background(&args.config)?;
+    println!("{summary}");
+    Ok(())
 }
 
-fn start_background(config: &MountConfig) -> Result<()> {
+/// Tells the user (on stderr, before anything starts) that mounting hides what `mnt` holds.
+fn warn_if_not_empty(mnt: &Path) {
+    let holds_something = std::fs::read_dir(mnt).is_ok_and(|mut d| d.next().is_some());
+    if holds_something && !is_mountpoint(mnt) {
+        eprintln!(
+            "shardfs: warning: {} is not empty: its files are hidden while the dataset is mounted there",
+            mnt.display()
+        );
+    }
+}
+
+/// Starts the daemon and waits until its mount answers; gives its one-line summary.
+fn start_background(config: &MountConfig) -> Result<String> {
     let mut fds = [0 as RawFd; 2];
     // SAFETY: fds is a valid array of two descriptors.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
@@ -123,8 +141,8 @@ fn start_background(config: &MountConfig) -> Result<()> {
     let _ = std::fs::File::from(read_end).read_to_string(&mut msg);
     drop(spinner);
     let msg = msg.trim();
-    if msg == "ok" {
-        return Ok(());
+    if let Some(summary) = msg.strip_prefix("ok") {
+        return Ok(format!("{}; log: {}", summary.trim(), log_path.display()));
     }
     let status = child.wait().ok();
     if let Some(err) = msg.strip_prefix("error: ") {
@@ -151,7 +169,7 @@ fn run_foreground(config: &MountConfig, mut ready: Option<OwnedFd>) -> Result<()
     // waits for them and unmounts, which ends the serving loop cleanly.
     let signals = block_signals();
     let mounted = mount_setup::check_and_mount(config);
-    let mut mounted = match mounted {
+    let (mut mounted, summary) = match mounted {
         Ok(m) => m,
         Err(e) => {
             tell(&mut ready, &format!("error: {e:#}\n"));
@@ -179,7 +197,11 @@ fn run_foreground(config: &MountConfig, mut ready: Option<OwnedFd>) -> Result<()
         tracing::warn!(error = %e, "cannot record the daemon's pid: `shardfs unmount` will not wait for it");
     }
     super::malloc::start_trimming();
-    tell(&mut ready, "ok\n");
+    if ready.is_some() {
+        tell(&mut ready, &format!("ok {summary}\n"));
+    } else {
+        println!("{summary}");
+    }
     let outcome = mounted.serve().context("FUSE session ended with an error");
     record.finish(&outcome);
     outcome?;
@@ -203,8 +225,17 @@ fn block_signals() -> libc::sigset_t {
 /// Runs `shardfs unmount`: unmounts, then waits for the daemon to exit and reports how it ended.
 pub fn run_unmount(args: UnmountArgs) -> Result<()> {
     let p = &args.mountpoint;
-    if !is_mountpoint(p) {
+    let Some(entry) = mounted_at(p) else {
         bail!("{} is not a mounted filesystem", p.display());
+    };
+    // Only ours: a mistyped path must not take down another filesystem.
+    if entry.fs_type != crate::fuse::FS_TYPE {
+        bail!(
+            "{} is not a shardfs mount (it is {} from {}): use umount for it",
+            p.display(),
+            entry.fs_type,
+            entry.source
+        );
     }
     let record = DaemonRecord::for_mountpoint(p);
     let daemon = record.recorded_pid();
@@ -265,13 +296,100 @@ fn detach(p: &Path) -> Result<()> {
     Ok(())
 }
 
+/// The filesystem mounted at a mountpoint, as `/proc/self/mountinfo` gives it.
+#[derive(Debug, PartialEq)]
+pub(super) struct MountEntry {
+    /// The filesystem type (`fuse.shardfs` for ours).
+    pub fs_type: String,
+    /// The device name (the SOURCE for ours).
+    pub source: String,
+}
+
 /// Whether `p` is the mount point of a mounted filesystem (per /proc/self/mountinfo).
 pub(super) fn is_mountpoint(p: &Path) -> bool {
-    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
-        return false;
-    };
+    mounted_at(p).is_some()
+}
+
+/// The filesystem mounted at `p` (the top one where several are stacked), if any.
+pub(super) fn mounted_at(p: &Path) -> Option<MountEntry> {
+    let info = std::fs::read_to_string("/proc/self/mountinfo").ok()?;
     let abs = std::path::absolute(p).unwrap_or_else(|_| p.to_path_buf());
-    let target = abs.to_string_lossy().replace(' ', "\\040");
+    let abs = abs.to_string_lossy();
+    let target = match abs.trim_end_matches('/') {
+        "" => "/",
+        t => t,
+    };
     info.lines()
-        .any(|l| l.split(' ').nth(4) == Some(target.trim_end_matches('/')))
+        .filter_map(parse_mountinfo_line)
+        .fold(
+            None,
+            |top, (point, entry)| {
+                if point == target {
+                    Some(entry)
+                } else {
+                    top
+                }
+            },
+        )
+}
+
+/// (mountpoint, entry) of one mountinfo line: `ID PARENT MAJ:MIN ROOT POINT OPTIONS
+/// [OPTIONAL...] - TYPE SOURCE SUPER_OPTIONS` (proc(5)), fields octal-escaped.
+fn parse_mountinfo_line(line: &str) -> Option<(String, MountEntry)> {
+    let mut fields = line.split(' ');
+    let point = unescape_mountinfo(fields.nth(4)?);
+    let mut after_dash = fields.skip_while(|f| *f != "-").skip(1);
+    let fs_type = unescape_mountinfo(after_dash.next()?);
+    let source = unescape_mountinfo(after_dash.next()?);
+    Some((point, MountEntry { fs_type, source }))
+}
+
+/// Undoes mountinfo's `\NNN` octal escapes (space, tab, newline, backslash).
+fn unescape_mountinfo(field: &str) -> String {
+    let b = field.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| b[i] == b'\\' && d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match octal {
+            Some(d) => {
+                let v = d.iter().fold(0u32, |a, c| a * 8 + u32::from(c - b'0'));
+                out.push(u8::try_from(v).unwrap_or(b'?'));
+                i += 4;
+            }
+            None => {
+                out.push(b[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mountinfo_lines_give_type_and_source_unescaped() {
+        let l = "36 35 0:45 / /tmp/a\\040b rw,relatime shared:1 master:2 - fuse.shardfs s3://b/x\\040y ro";
+        assert_eq!(
+            parse_mountinfo_line(l),
+            Some((
+                "/tmp/a b".to_string(),
+                MountEntry {
+                    fs_type: "fuse.shardfs".into(),
+                    source: "s3://b/x y".into()
+                }
+            ))
+        );
+        let l = "22 1 0:21 / /tmp/x rw - tmpfs none rw";
+        assert_eq!(
+            parse_mountinfo_line(l).map(|(_, e)| e.fs_type),
+            Some("tmpfs".into())
+        );
+        assert_eq!(parse_mountinfo_line("garbage"), None);
+    }
 }

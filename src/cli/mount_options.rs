@@ -16,10 +16,15 @@ const IGNORED: &[&str] = &[
 ];
 
 /// Rewrites `mount ... -o a=b,c` (also `-oa=b`) into `--a=b --c`; keys may use `_` for `-`.
-pub fn expand(args: Vec<OsString>) -> Vec<OsString> {
+/// A key that `is_flag` does not know (after that rewrite) is refused as an unknown mount
+/// option, rather than left to clap, which would name a `--flag` the user never typed.
+pub fn expand(
+    args: Vec<OsString>,
+    is_flag: impl Fn(&str) -> bool,
+) -> Result<Vec<OsString>, String> {
     // Only `shardfs [global flags] mount ...` takes -o.
     if !args.iter().skip(1).any(|a| a.to_str() == Some("mount")) {
-        return args;
+        return Ok(args);
     }
     let mut out = Vec::with_capacity(args.len());
     let mut it = args.into_iter();
@@ -37,14 +42,14 @@ pub fn expand(args: Vec<OsString>) -> Vec<OsString> {
             _ => None,
         };
         match opts {
-            Some(list) => out.extend(split(&list).into_iter().map(OsString::from)),
+            Some(list) => out.extend(split(&list, &is_flag)?.into_iter().map(OsString::from)),
             None => out.push(a),
         }
     }
-    out
+    Ok(out)
 }
 
-fn split(list: &str) -> Vec<String> {
+fn split(list: &str, is_flag: &impl Fn(&str) -> bool) -> Result<Vec<String>, String> {
     let mut flags = Vec::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (key, value) = match item.split_once('=') {
@@ -54,13 +59,20 @@ fn split(list: &str) -> Vec<String> {
         if IGNORED.contains(&key) || key.starts_with("x-") || key == "comment" {
             continue;
         }
-        let key = key.replace('_', "-");
+        let flag = key.replace('_', "-");
+        if !is_flag(&flag) {
+            return Err(format!(
+                "unknown mount option `{key}` (-o takes the long options of `shardfs mount`, \
+                 e.g. cache_limit=10GiB; `shardfs mount --help` lists them)"
+            ));
+        }
+        let key = flag;
         flags.push(match value {
             Some(v) => format!("--{key}={}", unescape(v)),
             None => format!("--{key}"),
         });
     }
-    flags
+    Ok(flags)
 }
 
 /// Decodes the two escapes an option value may carry: `%2C` (`,`) and `%25` (`%`).
@@ -94,16 +106,44 @@ mod tests {
         v.iter().map(OsString::from).collect()
     }
 
+    /// `expand` knowing a few of the real flags.
+    fn expand_known(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
+        let known = [
+            "cache-limit",
+            "allow-other",
+            "nodes",
+            "shuffle",
+            "stream",
+            "x",
+        ];
+        expand(args, |k| known.contains(&k))
+    }
+
+    #[test]
+    fn an_unknown_option_is_named_as_the_user_wrote_it() {
+        let e = expand_known(strs(&[
+            "shardfs",
+            "mount",
+            "S",
+            "M",
+            "-o",
+            "nodes=2,foo_bar=1",
+        ]))
+        .unwrap_err();
+        assert!(e.starts_with("unknown mount option `foo_bar`"), "{e}");
+    }
+
     #[test]
     fn options_become_flags() {
-        let got = expand(strs(&[
+        let got = expand_known(strs(&[
             "shardfs",
             "mount",
             "SRC",
             "MNT",
             "-o",
             "rw,cache_limit=1GiB,allow_other,x-systemd.automount,nodes=2",
-        ]));
+        ]))
+        .unwrap();
         assert_eq!(
             got,
             strs(&[
@@ -116,15 +156,16 @@ mod tests {
                 "--nodes=2"
             ])
         );
-        let got = expand(strs(&["shardfs", "mount", "-oshuffle", "SRC", "MNT"]));
+        let got = expand_known(strs(&["shardfs", "mount", "-oshuffle", "SRC", "MNT"])).unwrap();
         assert_eq!(got, strs(&["shardfs", "mount", "--shuffle", "SRC", "MNT"]));
-        let got = expand(strs(&[
+        let got = expand_known(strs(&[
             "shardfs",
             "mount",
             "MNT",
             "-o",
             "stream=s3://b/a%2Cproportion=0.5,stream=/d/x%25y%2c,comment=x-gvfs,x=%zz%",
-        ]));
+        ]))
+        .unwrap();
         assert_eq!(
             got,
             strs(&[
@@ -137,6 +178,6 @@ mod tests {
             ])
         );
         let other = strs(&["shardfs", "order", "-o", "x"]);
-        assert_eq!(expand(other.clone()), other);
+        assert_eq!(expand_known(other.clone()), Ok(other));
     }
 }

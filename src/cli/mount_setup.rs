@@ -39,9 +39,10 @@ pub struct MountConfig {
     /// 4 x --fetch-concurrency x --fetch-part-size).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub memory_limit: Option<u64>,
-    /// How many epoch-E folders a listing of rank-R/ shows (any epoch can be opened by name);
-    /// above 1, readahead also stops at the end of the last one.
-    #[arg(long, default_value_t = 1)]
+    /// How many epoch-E folders a listing of rank-R/ shows (at least 1), from epoch 0, or
+    /// from the resumed epoch with --resume-state (any epoch can be opened by name); above 1,
+    /// readahead also stops at the end of the last one.
+    #[arg(long, default_value_t = 1, value_parser = parse_epochs, allow_negative_numbers = true)]
     pub epochs: u64,
     /// Let other users (and root) read the mount (needs user_allow_other in /etc/fuse.conf).
     #[arg(long)]
@@ -59,12 +60,12 @@ pub struct MountConfig {
     #[arg(long, default_value_t = 8)]
     pub fetch_concurrency: usize,
     /// Shards larger than this are downloaded as parallel ranged GETs of this size (0: one
-    /// GET per shard). Used where the download can still be checked: a hash in index.json,
+    /// GET per shard; else at least 64KiB). Used where the download can still be checked: a hash in index.json,
     /// or S3's ETag. Shards held in memory until they are checked and on disk are bounded to
     /// two parts per connection (4 x --fetch-concurrency x this: the downloads in flight, and
     /// as many shards again being checked and written) and to half of --memory-limit (more
     /// while the memory tier lends its unused part); a shard larger than that downloads alone.
-    #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value = "8MiB")]
+    #[arg(long, value_name = "BYTES", value_parser = parse_part_size, default_value = "8MiB")]
     pub fetch_part_size: u64,
     /// How to reach the object store.
     #[command(flatten)]
@@ -116,7 +117,43 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
     Ok(v as u64)
 }
 
+/// Smallest `--fetch-part-size` other than 0: below it a part's request costs more than its
+/// bytes (a round trip each), and a shard of a few MiB would take thousands of them.
+const MIN_FETCH_PART_SIZE: u64 = 64 << 10;
+
+/// Parses `--fetch-part-size`: 0, or a size of at least [`MIN_FETCH_PART_SIZE`].
+fn parse_part_size(s: &str) -> Result<u64, String> {
+    let n = parse_size(s)?;
+    if n != 0 && n < MIN_FETCH_PART_SIZE {
+        return Err(format!(
+            "{s:?} is too small a part: give 0 (one GET per shard) or at least 64KiB"
+        ));
+    }
+    Ok(n)
+}
+
+/// Parses `--epochs`: a whole number of at least 1 (0 would list no epoch at all).
+fn parse_epochs(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!(
+            "{s:?} is not a number of epochs: give a whole number, 1 or more"
+        )),
+    }
+}
+
 impl MountConfig {
+    /// Checks what clap cannot: the positional arguments make sense together.
+    pub fn check_arguments(&self) -> Result<()> {
+        if self.positional.len() == 1 && self.ordering.streams.is_empty() {
+            bail!(
+                "missing MOUNTPOINT: `shardfs mount SOURCE MOUNTPOINT` (only MOUNTPOINT when the \
+                 dataset is given with --stream)"
+            );
+        }
+        Ok(())
+    }
+
     /// The mountpoint (the last positional argument).
     pub fn mountpoint(&self) -> &Path {
         Path::new(self.positional.last().map(String::as_str).unwrap_or(""))
@@ -136,12 +173,14 @@ impl MountConfig {
     }
 }
 
-/// Checks the mountpoint and /dev/fuse, opens the dataset and mounts it.
-pub fn check_and_mount(config: &MountConfig) -> Result<Mounted> {
+/// Checks the mountpoint and /dev/fuse, opens the dataset and mounts it; also gives the
+/// one-line summary `shardfs mount` prints.
+pub fn check_and_mount(config: &MountConfig) -> Result<(Mounted, String)> {
     let mnt = config.mountpoint();
     check_mountpoint(mnt)?;
     check_dev_fuse()?;
-    let vfs = open_vfs(config)?;
+    let (vfs, world_ranks) = open_vfs(config)?;
+    let summary = summary(config, &vfs, world_ranks);
     if let Some(addr) = &config.metrics_addr {
         super::metrics::serve(addr, vfs.clone())?;
     }
@@ -151,7 +190,34 @@ pub fn check_and_mount(config: &MountConfig) -> Result<Mounted> {
         waiting_threads: WAITING_THREADS,
         fs_name: config.source().unwrap_or("shardfs").to_string(),
     };
-    fuse::mount(vfs, mnt, &opts).with_context(|| format!("cannot mount at {}", mnt.display()))
+    let mounted = fuse::mount(vfs, mnt, &opts)
+        .with_context(|| format!("cannot mount at {}", mnt.display()))?;
+    Ok((mounted, summary))
+}
+
+/// `mounted SOURCE at MNT: N samples, rank-R.. (K ranks), epoch-E.. listed`.
+fn summary(config: &MountConfig, vfs: &Vfs, world_ranks: u64) -> String {
+    let what = match config.source() {
+        Some(s) => s.to_string(),
+        None => format!("{} streams", config.ordering.streams.len()),
+    };
+    let c = vfs.config();
+    let ranks = match c.global_ranks.as_slice() {
+        [] => "no rank".to_string(),
+        [r] => format!("rank-{r}"),
+        [first, .., last] => format!("rank-{first} to rank-{last}"),
+    };
+    let first = c.first_epoch_listed;
+    let epochs = match c.epochs_listed {
+        1 => format!("epoch-{first}"),
+        n => format!("epoch-{first} to epoch-{}", first + n - 1),
+    };
+    format!(
+        "mounted {what} at {}: {} samples; {ranks} of {world_ranks} rank{}; {epochs} listed",
+        config.mountpoint().display(),
+        vfs.num_samples(),
+        if world_ranks == 1 { "" } else { "s" },
+    )
 }
 
 fn check_mountpoint(mnt: &Path) -> Result<()> {
@@ -319,8 +385,8 @@ fn open_stream(
     })
 }
 
-/// Opens every stream, builds the plan and the vfs.
-fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
+/// Opens every stream, builds the plan and the vfs; also gives the world's rank count.
+fn open_vfs(config: &MountConfig) -> Result<(Arc<Vfs>, u64)> {
     let resolved = config.ordering.resolve(config.source())?;
     let streams = resolved.streams.len().max(1) as u64;
     let per_stream_limit = config.cache_limit.map(|l| l / streams);
@@ -362,6 +428,8 @@ fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
     .context("invalid ordering options")?;
     let world = resolved.world;
     let node = resolved.node_rank;
+    // A resumed job reads on from the resumed epoch: list from there.
+    let first_epoch = planner.resume_point().map_or(0, |(epoch, _)| epoch);
     if let Some(limit) = per_stream_limit {
         warn_if_cache_too_small(&resolved.streams, &opened, limit, world.ranks_per_node);
     }
@@ -389,7 +457,7 @@ fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
             stream_starts,
             // `--epochs N` (N > 1) says how many epochs the job reads; the default of 1
             // says nothing, so readahead then runs into the next epoch as usual.
-            last_epoch: (config.epochs > 1).then(|| config.epochs - 1),
+            last_epoch: (config.epochs > 1).then(|| first_epoch + config.epochs - 1),
             ..Default::default()
         },
     ));
@@ -401,9 +469,13 @@ fn open_vfs(config: &MountConfig) -> Result<Arc<Vfs>> {
         VfsConfig {
             global_ranks,
             epochs_listed: config.epochs,
+            first_epoch_listed: first_epoch,
         },
     );
-    Ok(Arc::new(vfs))
+    Ok((
+        Arc::new(vfs),
+        world.nodes.saturating_mul(world.ranks_per_node),
+    ))
 }
 
 /// Warns when a stream's share of the cache cannot hold two shards per local rank: readers

@@ -8,7 +8,9 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
 use indicatif::{MultiProgress, ProgressBar, ProgressDrawTarget, ProgressStyle};
-use serde_json::Value;
+
+use crate::cache::CacheStats;
+use crate::status::MountStatus;
 
 /// Arguments of `shardfs status`.
 #[derive(Debug, clap::Args)]
@@ -26,7 +28,7 @@ pub struct StatusArgs {
     pub interval: f64,
 }
 
-fn read_status(mountpoint: &Path) -> Result<Value> {
+fn read_status(mountpoint: &Path) -> Result<MountStatus> {
     let path = mountpoint.join(".shardfs/status.json");
     let bytes = std::fs::read(&path).with_context(|| {
         format!(
@@ -35,62 +37,52 @@ fn read_status(mountpoint: &Path) -> Result<Value> {
             mountpoint.display()
         )
     })?;
-    serde_json::from_slice(&bytes).with_context(|| format!("{} is not JSON", path.display()))
+    serde_json::from_slice(&bytes)
+        .with_context(|| format!("{} is not a shardfs status file", path.display()))
 }
 
-/// `1.2 GB`-style sizes (decimal units, like the rest of the CLI's output).
+/// `1.5 MiB`-style sizes, in the binary units that size options take (`--cache-limit 200GiB`
+/// shows as `200 GiB`); one decimal where the size is not a whole number of its unit.
 pub fn human_bytes(n: f64) -> String {
-    const UNITS: [&str; 6] = ["B", "kB", "MB", "GB", "TB", "PB"];
+    const UNITS: [&str; 6] = ["B", "KiB", "MiB", "GiB", "TiB", "PiB"];
     let mut v = n.max(0.0);
     let mut u = 0;
-    while v >= 1000.0 && u + 1 < UNITS.len() {
-        v /= 1000.0;
+    while v >= 1024.0 && u + 1 < UNITS.len() {
+        v /= 1024.0;
         u += 1;
     }
-    if u == 0 {
-        format!("{v:.0} {}", UNITS[u])
-    } else {
-        format!("{v:.1} {}", UNITS[u])
-    }
-}
-
-fn f(v: &Value) -> f64 {
-    v.as_f64().unwrap_or(0.0)
+    let text = format!("{v:.1}");
+    let text = text.strip_suffix(".0").unwrap_or(&text);
+    format!("{text} {}", UNITS[u])
 }
 
 /// One rank's line: (label, position+1, epoch length, samples/s).
-fn ranks(status: &Value) -> Vec<(String, u64, u64, f64)> {
-    let global: Vec<u64> = status["ranks"]
-        .as_array()
-        .map(|a| a.iter().filter_map(Value::as_u64).collect())
-        .unwrap_or_default();
-    status["readahead"]["ranks"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .enumerate()
-                .map(|(i, r)| {
-                    let rank = global.get(i).copied().unwrap_or(i as u64);
-                    let done = r["cursor"].as_u64().map(|c| c + 1).unwrap_or(0);
-                    let len = r["epoch_samples"].as_u64().unwrap_or(0).max(done);
-                    let label = format!("rank {rank} epoch {}", r["epoch"].as_u64().unwrap_or(0));
-                    (label, done, len, f(&r["samples_per_second"]))
-                })
-                .collect()
+fn ranks(status: &MountStatus) -> Vec<(String, u64, u64, f64)> {
+    status
+        .readahead
+        .ranks
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let rank = status.ranks.get(i).copied().unwrap_or(i as u64);
+            let done = r.cursor.map(|c| c + 1).unwrap_or(0);
+            let len = r.epoch_samples.unwrap_or(0).max(done);
+            let label = format!("rank {rank} epoch {}", r.epoch);
+            (label, done, len, r.samples_per_second)
         })
-        .unwrap_or_default()
+        .collect()
+}
+
+/// A cache counter summed over the streams.
+fn sum(status: &MountStatus, field: fn(&CacheStats) -> u64) -> f64 {
+    status.cache.iter().map(|s| field(&s.stats) as f64).sum()
 }
 
 /// The lines under the bars: cache, fetches, stalls, errors. `fetch_rate` is bytes/s.
-fn summary(status: &Value, fetch_rate: f64) -> Vec<String> {
-    let streams = status["cache"].as_array().cloned().unwrap_or_default();
-    let sum = |k: &str| streams.iter().map(|s| f(&s[k])).sum::<f64>();
-    let limit = sum("limit_bytes");
-    let usage = sum("usage_bytes");
-    let limit_text = if streams
-        .iter()
-        .any(|s| s["limit_bytes"].as_u64() == Some(u64::MAX))
-    {
+fn summary(status: &MountStatus, fetch_rate: f64) -> Vec<String> {
+    let limit = sum(status, |c| c.limit_bytes);
+    let usage = sum(status, |c| c.usage_bytes);
+    let limit_text = if status.cache.iter().any(|s| s.stats.limit_bytes == u64::MAX) {
         "no limit".to_string()
     } else {
         format!(
@@ -103,51 +95,44 @@ fn summary(status: &Value, fetch_rate: f64) -> Vec<String> {
             }
         )
     };
-    let ra = &status["readahead"];
+    let ra = &status.readahead;
     let mut lines = vec![
         format!(
             "cache   {} of {}, {} shards on disk, {} evicted",
             human_bytes(usage),
             limit_text,
-            sum("resident_shards"),
-            sum("evictions")
+            sum(status, |c| c.resident_shards),
+            sum(status, |c| c.evictions)
         ),
         format!(
             "fetch   {}/s, {} in all ({} shards), {} in flight, {} queued",
             human_bytes(fetch_rate),
-            human_bytes(sum("bytes_fetched")),
-            sum("shards_fetched"),
-            f(&ra["fetches_in_flight"]),
-            f(&ra["fetches_pending"])
+            human_bytes(fetched_bytes(status)),
+            sum(status, |c| c.shards_fetched),
+            ra.fetches_in_flight,
+            ra.fetches_pending
         ),
         format!(
             "stalls  {} reads waited {:.1} s for their shard",
-            f(&ra["stalls"]),
-            f(&ra["stall_seconds"])
+            ra.stalls, ra.stall_seconds
         ),
     ];
-    let errors = &status["errors"];
-    lines.push(format!("errors  {}", f(&errors["count"])));
-    if let Some(recent) = errors["recent"].as_array() {
-        for e in recent.iter().take(3) {
-            lines.push(format!(
-                "        {}: {}",
-                e["shard"].as_str().unwrap_or("?"),
-                e["why"].as_str().unwrap_or("?")
-            ));
-        }
+    let errors = &status.errors;
+    lines.push(format!("errors  {}", errors.count));
+    for e in errors.recent.iter().take(3) {
+        lines.push(format!("        {}: {}", e.shard, e.why));
     }
     lines
 }
 
 /// The whole view as plain text (`--once`).
-pub fn render_text(mountpoint: &Path, status: &Value) -> String {
+pub fn render_text(mountpoint: &Path, status: &MountStatus) -> String {
     let mut out = format!(
         "{}  pid {}, up {:.0} s, {} samples\n",
         mountpoint.display(),
-        status["pid"],
-        f(&status["uptime_seconds"]),
-        status["samples"]
+        status.pid,
+        status.uptime_seconds,
+        status.samples
     );
     for (label, done, len, rate) in ranks(status) {
         let pct = if len > 0 {
@@ -164,12 +149,12 @@ pub fn render_text(mountpoint: &Path, status: &Value) -> String {
         ));
     }
     // Without two snapshots, the fetch rate is the average since the mount started.
-    let uptime = f(&status["uptime_seconds"]);
-    let fetched: f64 = status["cache"]
-        .as_array()
-        .map(|a| a.iter().map(|s| f(&s["bytes_fetched"])).sum())
-        .unwrap_or(0.0);
-    let rate = if uptime > 0.0 { fetched / uptime } else { 0.0 };
+    let uptime = status.uptime_seconds;
+    let rate = if uptime > 0.0 {
+        fetched_bytes(status) / uptime
+    } else {
+        0.0
+    };
     for l in summary(status, rate) {
         out.push_str(&l);
         out.push('\n');
@@ -196,7 +181,7 @@ pub fn run(args: StatusArgs) -> Result<()> {
 
 /// The refreshing view: indicatif bars per rank plus summary lines, until the mount goes away
 /// or Ctrl-C.
-fn live(args: &StatusArgs, mut status: Value) -> Result<()> {
+fn live(args: &StatusArgs, mut status: MountStatus) -> Result<()> {
     let multi = MultiProgress::with_draw_target(ProgressDrawTarget::stdout());
     let header = multi.add(ProgressBar::new_spinner());
     header.set_style(ProgressStyle::with_template("{msg}")?);
@@ -212,9 +197,9 @@ fn live(args: &StatusArgs, mut status: Value) -> Result<()> {
         header.set_message(format!(
             "{}  pid {}, up {:.0} s, {} samples",
             args.mountpoint.display(),
-            status["pid"],
-            f(&status["uptime_seconds"]),
-            status["samples"]
+            status.pid,
+            status.uptime_seconds,
+            status.samples
         ));
         let r = ranks(&status);
         while bars.len() < r.len() {
@@ -256,11 +241,9 @@ fn live(args: &StatusArgs, mut status: Value) -> Result<()> {
     }
 }
 
-fn fetched_bytes(status: &Value) -> f64 {
-    status["cache"]
-        .as_array()
-        .map(|a| a.iter().map(|s| f(&s["bytes_fetched"])).sum())
-        .unwrap_or(0.0)
+/// Bytes fetched from the store so far, all streams.
+fn fetched_bytes(status: &MountStatus) -> f64 {
+    sum(status, |c| c.bytes_fetched)
 }
 
 #[cfg(test)]
@@ -269,24 +252,58 @@ mod tests {
 
     #[test]
     fn text_view_shows_progress_cache_and_errors() {
-        let status = serde_json::json!({
-            "pid": 7, "uptime_seconds": 10.0, "samples": 100, "ranks": [5],
-            "errors": {"count": 1, "recent": [{"shard": "shard.00001.mds", "why": "hash mismatch"}]},
-            "readahead": {"stalls": 2, "stall_seconds": 0.5, "fetches_in_flight": 1,
-                          "fetches_pending": 3,
-                          "ranks": [{"epoch": 1, "cursor": 49, "epoch_samples": 100,
-                                     "samples_per_second": 12.0}]},
-            "cache": [{"usage_bytes": 500_000_000u64, "limit_bytes": 1_000_000_000u64,
-                       "resident_shards": 8, "evictions": 0, "bytes_fetched": 2_000_000_000u64,
-                       "shards_fetched": 30}]
-        });
+        use crate::status::{ErrorsStatus, RankStatus, ReadaheadStatus, ShardFailure};
+        let failure = ShardFailure {
+            shard: "shard.00001.mds".into(),
+            why: "hash mismatch".into(),
+            ..ShardFailure::default()
+        };
+        let rank = RankStatus {
+            epoch: 1,
+            cursor: Some(49),
+            epoch_samples: Some(100),
+            samples_per_second: 12.0,
+            ..RankStatus::default()
+        };
+        let stats = CacheStats {
+            usage_bytes: 512 << 20,
+            limit_bytes: 1 << 30,
+            resident_shards: 8,
+            bytes_fetched: 2 << 30,
+            shards_fetched: 30,
+            ..CacheStats::default()
+        };
+        let status = MountStatus {
+            pid: 7,
+            uptime_seconds: 10.0,
+            samples: 100,
+            ranks: vec![5],
+            errors: ErrorsStatus {
+                count: 1,
+                recent: vec![failure],
+                ..ErrorsStatus::default()
+            },
+            readahead: ReadaheadStatus {
+                stalls: 2,
+                stall_seconds: 0.5,
+                fetches_in_flight: 1,
+                fetches_pending: 3,
+                ranks: vec![rank],
+                ..ReadaheadStatus::default()
+            },
+            cache: vec![crate::status::StreamCacheStatus {
+                stats,
+                ..Default::default()
+            }],
+            ..MountStatus::default()
+        };
         let text = render_text(Path::new("/mnt/ds"), &status);
         for want in [
             "/mnt/ds  pid 7",
             "rank 5 epoch 1",
             "50/100 (50.0 %)  12 samples/s",
-            "cache   500.0 MB of 1.0 GB (50 %), 8 shards on disk",
-            "fetch   200.0 MB/s, 2.0 GB in all (30 shards), 1 in flight, 3 queued",
+            "cache   512 MiB of 1 GiB (50 %), 8 shards on disk",
+            "fetch   204.8 MiB/s, 2 GiB in all (30 shards), 1 in flight, 3 queued",
             "stalls  2 reads waited 0.5 s",
             "errors  1",
             "shard.00001.mds: hash mismatch",
@@ -294,6 +311,9 @@ mod tests {
             assert!(text.contains(want), "missing {want:?} in\n{text}");
         }
         assert_eq!(human_bytes(999.0), "999 B");
-        assert_eq!(human_bytes(1_500_000.0), "1.5 MB");
+        assert_eq!(human_bytes(1.5 * 1024.0 * 1024.0), "1.5 MiB");
+        // What was typed comes back: 200GiB is not shown as 214.7 GB.
+        assert_eq!(human_bytes(200.0 * 1024f64.powi(3)), "200 GiB");
+        assert_eq!(human_bytes(1023.0), "1023 B");
     }
 }

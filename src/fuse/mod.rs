@@ -34,7 +34,9 @@ use fuser::{
 
 use crate::vfs::{Attr, Ino, Kind, Vfs, VfsError};
 
+mod kernel_mount;
 mod waiting;
+pub use kernel_mount::FS_TYPE;
 use waiting::WaitingPool;
 
 /// TTL of entries and attributes that never change.
@@ -50,7 +52,7 @@ pub struct FuseOptions {
     /// Most threads for requests that wait for the object store (a shard's download), so
     /// that they do not hold up the `threads` serving everything else.
     pub waiting_threads: usize,
-    /// Name shown as the mount's source in `/proc/mounts`.
+    /// Name shown as the mount's source (device) in `/proc/mounts`, `findmnt` and `df`.
     pub fs_name: String,
 }
 
@@ -72,15 +74,25 @@ pub enum FuseError {
 pub struct Mounted {
     session: fuser::Session<Adapter>,
     path: String,
+    /// Set when we made the mount ourselves (as `fuse.shardfs`), not `fuser`.
+    own: Option<kernel_mount::KernelMount>,
 }
 
 /// Unmounts a running session from another thread (e.g. on SIGTERM).
-pub struct Unmounter(fuser::SessionUnmounter);
+pub struct Unmounter(UnmountBy);
+
+enum UnmountBy {
+    Fuser(fuser::SessionUnmounter),
+    Own(kernel_mount::KernelMount),
+}
 
 impl Unmounter {
     /// Unmounts; the serving loop then returns.
     pub fn unmount(&mut self) -> std::io::Result<()> {
-        self.0.unmount()
+        match &mut self.0 {
+            UnmountBy::Fuser(u) => u.unmount(),
+            UnmountBy::Own(m) => m.unmount(),
+        }
     }
 }
 
@@ -106,11 +118,30 @@ pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &FuseOptions) -> Result<Mou
         vfs: vfs.clone(),
         waiting: WaitingPool::new(opts.waiting_threads),
     };
-    let session =
-        fuser::Session::new(adapter, mountpoint, &config).map_err(|source| FuseError::Session {
-            path: path.clone(),
-            source,
-        })?;
+    let session_error = |source| FuseError::Session {
+        path: path.clone(),
+        source,
+    };
+    let (session, own) = match kernel_mount::mount(mountpoint, &opts.fs_name, opts.allow_other)
+        .map_err(session_error)?
+    {
+        Some((fd, own)) => {
+            let acl = config.acl;
+            match fuser::Session::from_fd(adapter, fd, acl, config) {
+                Ok(s) => (s, Some(own)),
+                Err(e) => {
+                    if let Err(u) = own.unmount() {
+                        tracing::warn!(error = %u, "cannot unmount after a failed FUSE handshake");
+                    }
+                    return Err(session_error(e));
+                }
+            }
+        }
+        None => (
+            fuser::Session::new(adapter, mountpoint, &config).map_err(session_error)?,
+            None,
+        ),
+    };
     // Asked from inside a READ of the same inode: the kernel may hold that inode's page
     // locks until the read is answered, so the notification goes from a thread of its own.
     let notifier = session.notifier();
@@ -128,21 +159,32 @@ pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &FuseOptions) -> Result<Mou
             tracing::warn!(error = %e, "cannot start a thread to invalidate a file's size");
         }
     }));
-    Ok(Mounted { session, path })
+    Ok(Mounted { session, path, own })
 }
 
 impl Mounted {
     /// A handle that unmounts from another thread.
     pub fn unmounter(&mut self) -> Unmounter {
-        Unmounter(self.session.unmount_callable())
+        match &self.own {
+            Some(m) => Unmounter(UnmountBy::Own(m.clone())),
+            None => Unmounter(UnmountBy::Fuser(self.session.unmount_callable())),
+        }
     }
 
     /// Serves requests until the filesystem is unmounted.
     pub fn serve(self) -> Result<(), FuseError> {
         let path = self.path;
-        self.session
-            .run()
-            .map_err(|source| FuseError::Session { path, source })
+        let ended = self.session.run();
+        if ended.is_err() {
+            // The kernel did not end the session (ENODEV after an unmount): leave no
+            // dead mount behind. `fuser` does the same for the mounts it made.
+            if let Some(own) = &self.own {
+                if let Err(e) = own.unmount() {
+                    tracing::warn!(error = %e, "cannot unmount after the FUSE session failed");
+                }
+            }
+        }
+        ended.map_err(|source| FuseError::Session { path, source })
     }
 }
 
@@ -296,6 +338,19 @@ impl Filesystem for Adapter {
         if flags.0 & libc::O_ACCMODE != libc::O_RDONLY {
             return reply.error(Errno::EROFS);
         }
+        reply.error(Errno::ENOSYS)
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock_owner: LockOwner,
+        reply: fuser::ReplyEmpty,
+    ) {
+        // Nothing to write back; ENOSYS tells the kernel to stop sending FLUSH on close
+        // (fuser's default answers the same but logs a warning each time).
         reply.error(Errno::ENOSYS)
     }
 

@@ -14,7 +14,7 @@ mod error;
 mod hash;
 mod index;
 mod le;
-mod pyjson;
+pub mod pyjson;
 pub mod render;
 mod sample;
 mod shard;

@@ -7,16 +7,21 @@
 //! 0-sample shard, as upstream); `index.json` is `{"shards": [...], "version": 2}` sorted.
 //!
 //! Values are passed already encoded (the column's stored bytes); [`encode`] has helpers for
-//! the common encodings. Output stays in memory: this is for tests, examples and benchmarks.
+//! the common encodings. The work is split in three so a packer can stream, shard by shard,
+//! in bounded memory: [`ShardBuilder`] cuts samples into raw shards (it holds one shard's
+//! samples at a time), [`ShardSpec::seal`] compresses and hashes one raw shard into its stored
+//! file and index entry (any thread may do it), and [`index_json`] writes the index over the
+//! entries. [`Writer`] chains the three in memory, for tests, examples and benchmarks.
 
 use super::compression::compress;
 use super::encoding::{Dtype, Encoding};
 use super::error::{MdsError, Result};
 use super::hash::hash_hex;
-use super::index::{Column, Compression, FileRef, Index};
+use super::index::{Column, Compression, Index};
 use super::pyjson::dumps_sorted;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 /// What to write: columns (any order; stored sorted by name), compression, hashes, size limit.
 #[derive(Debug, Clone)]
@@ -54,26 +59,22 @@ pub struct WrittenDataset {
     pub index: Index,
 }
 
-/// Builds MDS shards from samples of already encoded column values.
-#[derive(Debug)]
-pub struct Writer {
-    columns: Vec<Column>,
-    config: WriterConfig,
-    config_json: String,
-    samples: Vec<Vec<u8>>,
-    shard_size: u64,
-    files: Vec<OutputFile>,
-    raw_shards: Vec<Vec<u8>>,
-    entries: Vec<Value>,
-}
-
 fn werr(msg: impl Into<String>) -> MdsError {
     MdsError::Write(msg.into())
 }
 
-impl Writer {
+/// The validated configuration shared by everything that writes one dataset: the sorted
+/// columns and the shard config JSON every shard repeats. Cheap to share across threads.
+#[derive(Debug)]
+pub struct ShardSpec {
+    columns: Vec<Column>,
+    config: WriterConfig,
+    config_json: String,
+}
+
+impl ShardSpec {
     /// Validates the configuration and sorts the columns by name, as MDSWriter does.
-    pub fn new(mut config: WriterConfig) -> Result<Writer> {
+    pub fn new(mut config: WriterConfig) -> Result<ShardSpec> {
         config.columns.sort_by(|a, b| a.0.cmp(&b.0));
         if config.columns.windows(2).any(|w| w[0].0 == w[1].0) {
             return Err(werr("duplicate column name"));
@@ -103,18 +104,11 @@ impl Writer {
             })
             .collect::<Result<_>>()?;
         let config_json = dumps_sorted(&Self::config_value(&config, &columns));
-        let mut w = Writer {
+        Ok(ShardSpec {
             columns,
             config,
             config_json,
-            samples: Vec::new(),
-            shard_size: 0,
-            files: Vec::new(),
-            raw_shards: Vec::new(),
-            entries: Vec::new(),
-        };
-        w.reset();
-        Ok(w)
+        })
     }
 
     fn config_value(config: &WriterConfig, columns: &[Column]) -> Value {
@@ -130,28 +124,153 @@ impl Writer {
         })
     }
 
-    fn reset(&mut self) {
-        self.samples.clear();
-        self.shard_size = 8 + self.config_json.len() as u64;
-    }
-
-    /// The stored columns, sorted by name: the order [`Writer::write`] takes values in.
+    /// The stored columns, sorted by name: the order samples give their values in.
     pub fn columns(&self) -> &[Column] {
         &self.columns
     }
 
-    /// Adds one sample, given each column's stored bytes in [`Writer::columns`] order.
-    pub fn write(&mut self, values: &[&[u8]]) -> Result<()> {
-        if values.len() != self.columns.len() {
+    /// The configuration, with its columns sorted by name.
+    pub fn config(&self) -> &WriterConfig {
+        &self.config
+    }
+
+    fn file_info(&self, basename: &str, data: &[u8]) -> Result<Value> {
+        let mut hashes = BTreeMap::new();
+        for h in &self.config.hashes {
+            hashes.insert(h.clone(), hash_hex(h, data)?);
+        }
+        Ok(json!({"basename": basename, "bytes": data.len(), "hashes": hashes}))
+    }
+
+    /// Compresses (if configured) and hashes one raw shard: the file to store and the shard's
+    /// `index.json` entry. Depends on nothing but the shard, so shards seal in parallel.
+    pub fn seal(&self, shard: RawShard) -> Result<SealedShard> {
+        let raw_name = format!("shard.{:05}.mds", shard.number);
+        let raw_info = self.file_info(&raw_name, &shard.bytes)?;
+        let (file, raw, zip_info) = match &self.config.compression {
+            Some(c) => {
+                let zip = compress(c, &shard.bytes)?;
+                let zip_name = format!("{raw_name}.{}", c.extension());
+                let info = self.file_info(&zip_name, &zip)?;
+                let file = OutputFile {
+                    basename: zip_name,
+                    data: zip,
+                };
+                (file, Some(shard.bytes), info)
+            }
+            None => {
+                let file = OutputFile {
+                    basename: raw_name,
+                    data: shard.bytes,
+                };
+                (file, None, Value::Null)
+            }
+        };
+        let mut entry = Self::config_value(&self.config, &self.columns);
+        if let Value::Object(m) = &mut entry {
+            m.insert("samples".into(), json!(shard.samples));
+            m.insert("raw_data".into(), raw_info);
+            m.insert("zip_data".into(), zip_info);
+        }
+        Ok(SealedShard {
+            number: shard.number,
+            samples: shard.samples,
+            file,
+            raw,
+            entry,
+        })
+    }
+}
+
+/// One raw (uncompressed) shard, cut by [`ShardBuilder`].
+#[derive(Debug)]
+pub struct RawShard {
+    /// Shard number: its basename is `shard.{number:05}.mds`.
+    pub number: usize,
+    /// Samples it holds.
+    pub samples: usize,
+    /// The shard file's bytes.
+    pub bytes: Vec<u8>,
+}
+
+/// One shard ready to store: the file (compressed when configured) and its index entry.
+#[derive(Debug)]
+pub struct SealedShard {
+    /// Shard number.
+    pub number: usize,
+    /// Samples it holds.
+    pub samples: usize,
+    /// The file to store under `file.basename`.
+    pub file: OutputFile,
+    /// The raw bytes when `file` holds compressed ones (None when the file is the raw shard).
+    pub raw: Option<Vec<u8>>,
+    /// The shard's `index.json` entry.
+    pub entry: Value,
+}
+
+impl SealedShard {
+    /// The raw shard bytes.
+    pub fn raw_bytes(&self) -> &[u8] {
+        self.raw.as_deref().unwrap_or(&self.file.data)
+    }
+}
+
+/// `index.json` over the shard entries, in shard order, as MDSWriter writes it.
+pub fn index_json(entries: &[Value]) -> Vec<u8> {
+    dumps_sorted(&json!({"shards": entries, "version": 2})).into_bytes()
+}
+
+/// Cuts samples into raw shards exactly where MDSWriter cuts them, holding only the current
+/// shard's samples in memory.
+#[derive(Debug)]
+pub struct ShardBuilder {
+    spec: Arc<ShardSpec>,
+    /// The current shard's sample bytes, back to back.
+    body: Vec<u8>,
+    /// End of each sample in `body`.
+    ends: Vec<u64>,
+    shard_size: u64,
+    next_number: usize,
+}
+
+impl ShardBuilder {
+    /// A builder whose first shard is `shard.{first_number:05}.mds`.
+    pub fn new(spec: Arc<ShardSpec>, first_number: usize) -> ShardBuilder {
+        let shard_size = 8 + spec.config_json.len() as u64;
+        ShardBuilder {
+            spec,
+            body: Vec::new(),
+            ends: Vec::new(),
+            shard_size,
+            next_number: first_number,
+        }
+    }
+
+    /// The shared configuration.
+    pub fn spec(&self) -> &Arc<ShardSpec> {
+        &self.spec
+    }
+
+    /// Samples in the shard being filled.
+    pub fn pending_samples(&self) -> usize {
+        self.ends.len()
+    }
+
+    /// Adds one sample, given each column's stored bytes in [`ShardSpec::columns`] order.
+    /// Returns the shard this sample closed (MDSWriter flushes *before* a sample that would
+    /// overflow the size limit), if any.
+    pub fn write(&mut self, values: &[&[u8]]) -> Result<Option<RawShard>> {
+        let spec = Arc::clone(&self.spec);
+        let columns = &spec.columns;
+        if values.len() != columns.len() {
             return Err(werr(format!(
                 "sample has {} values for {} columns",
                 values.len(),
-                self.columns.len()
+                columns.len()
             )));
         }
-        let mut head = Vec::new();
-        let mut body = Vec::new();
-        for (c, v) in self.columns.iter().zip(values) {
+        let mut size = 4u64;
+        for (c, v) in columns.iter().zip(values) {
             match c.size {
                 Some(s) if s as usize != v.len() => {
                     return Err(werr(format!(
@@ -163,106 +282,130 @@ impl Writer {
                 }
                 Some(_) => {}
                 None => {
-                    let len = u32::try_from(v.len())
+                    u32::try_from(v.len())
                         .map_err(|_| werr(format!("column {:?}: value over 4 GiB", c.name)))?;
-                    head.extend_from_slice(&len.to_le_bytes());
+                    size += 4;
                 }
             }
-            body.extend_from_slice(v);
+            size += v.len() as u64;
         }
-        head.extend_from_slice(&body);
-        let size = head.len() as u64 + 4;
-        if let Some(limit) = self.config.size_limit.filter(|&l| l > 0) {
+        let mut closed = None;
+        if let Some(limit) = spec.config.size_limit.filter(|&l| l > 0) {
             if limit < self.shard_size + size {
-                self.flush()?;
+                closed = Some(self.cut()?);
             }
         }
-        self.samples.push(head);
+        for (c, v) in columns.iter().zip(values) {
+            if c.size.is_none() {
+                self.body.extend_from_slice(&(v.len() as u32).to_le_bytes());
+            }
+        }
+        for v in values {
+            self.body.extend_from_slice(v);
+        }
+        self.ends.push(self.body.len() as u64);
         self.shard_size += size;
+        Ok(closed)
+    }
+
+    /// Closes the current shard (even an empty one) and starts the next.
+    fn cut(&mut self) -> Result<RawShard> {
+        let n = self.ends.len();
+        let config = self.spec.config_json.as_bytes();
+        let base = 4 + 4 * (n as u64 + 1) + config.len() as u64;
+        let total = base + self.body.len() as u64;
+        if total > u64::from(u32::MAX) {
+            return Err(werr("shard exceeds 4 GiB; set a smaller size_limit"));
+        }
+        let mut raw = Vec::with_capacity(total as usize);
+        raw.extend_from_slice(&(n as u32).to_le_bytes());
+        raw.extend_from_slice(&(base as u32).to_le_bytes());
+        for &end in &self.ends {
+            raw.extend_from_slice(&((base + end) as u32).to_le_bytes());
+        }
+        raw.extend_from_slice(config);
+        raw.extend_from_slice(&self.body);
+        let shard = RawShard {
+            number: self.next_number,
+            samples: n,
+            bytes: raw,
+        };
+        self.next_number += 1;
+        self.body.clear();
+        self.ends.clear();
+        self.shard_size = 8 + config.len() as u64;
+        Ok(shard)
+    }
+
+    /// Closes the last shard if it holds samples.
+    pub fn finish(mut self) -> Result<Option<RawShard>> {
+        if self.ends.is_empty() {
+            Ok(None)
+        } else {
+            self.cut().map(Some)
+        }
+    }
+}
+
+/// Builds MDS shards from samples of already encoded column values, all in memory.
+#[derive(Debug)]
+pub struct Writer {
+    builder: ShardBuilder,
+    files: Vec<OutputFile>,
+    raw_shards: Vec<Vec<u8>>,
+    entries: Vec<Value>,
+}
+
+impl Writer {
+    /// Validates the configuration and sorts the columns by name, as MDSWriter does.
+    pub fn new(config: WriterConfig) -> Result<Writer> {
+        let spec = Arc::new(ShardSpec::new(config)?);
+        Ok(Writer {
+            builder: ShardBuilder::new(spec, 0),
+            files: Vec::new(),
+            raw_shards: Vec::new(),
+            entries: Vec::new(),
+        })
+    }
+
+    /// The stored columns, sorted by name: the order [`Writer::write`] takes values in.
+    pub fn columns(&self) -> &[Column] {
+        self.builder.spec.columns()
+    }
+
+    /// Adds one sample, given each column's stored bytes in [`Writer::columns`] order.
+    pub fn write(&mut self, values: &[&[u8]]) -> Result<()> {
+        if let Some(shard) = self.builder.write(values)? {
+            self.keep(shard)?;
+        }
         Ok(())
     }
 
-    fn file_info(&self, basename: &str, data: &[u8]) -> Result<(FileRef, Value)> {
-        let mut hashes = BTreeMap::new();
-        for h in &self.config.hashes {
-            hashes.insert(h.clone(), hash_hex(h, data)?);
-        }
-        let v = json!({"basename": basename, "bytes": data.len(), "hashes": hashes});
-        Ok((
-            FileRef {
-                basename: basename.to_string(),
-                bytes: data.len() as u64,
-                hashes,
-            },
-            v,
-        ))
-    }
-
-    fn flush(&mut self) -> Result<()> {
-        let n = self.samples.len();
-        let mut offsets = Vec::with_capacity(n + 1);
-        let mut off = 4 + 4 * (n as u64 + 1) + self.config_json.len() as u64;
-        offsets.push(off);
-        for s in &self.samples {
-            off += s.len() as u64;
-            offsets.push(off);
-        }
-        if off > u64::from(u32::MAX) {
-            return Err(werr("shard exceeds 4 GiB; set a smaller size_limit"));
-        }
-        let mut raw = Vec::with_capacity(off as usize);
-        raw.extend_from_slice(&(n as u32).to_le_bytes());
-        for o in offsets {
-            raw.extend_from_slice(&(o as u32).to_le_bytes());
-        }
-        raw.extend_from_slice(self.config_json.as_bytes());
-        for s in &self.samples {
-            raw.extend_from_slice(s);
-        }
-        let raw_name = format!("shard.{:05}.mds", self.entries.len());
-        let (_, raw_info) = self.file_info(&raw_name, &raw)?;
-        let zip_info = match &self.config.compression {
-            Some(c) => {
-                let zip = compress(c, &raw)?;
-                let zip_name = format!("{raw_name}.{}", c.extension());
-                let (_, info) = self.file_info(&zip_name, &zip)?;
-                self.files.push(OutputFile {
-                    basename: zip_name,
-                    data: zip,
-                });
-                info
-            }
-            None => {
-                self.files.push(OutputFile {
-                    basename: raw_name,
-                    data: raw.clone(),
-                });
-                Value::Null
-            }
+    fn keep(&mut self, shard: RawShard) -> Result<()> {
+        let sealed = self.builder.spec.seal(shard)?;
+        let raw = match sealed.raw {
+            Some(raw) => raw,
+            None => sealed.file.data.clone(),
         };
-        let mut entry = Self::config_value(&self.config, &self.columns);
-        if let Value::Object(m) = &mut entry {
-            m.insert("samples".into(), json!(n));
-            m.insert("raw_data".into(), raw_info);
-            m.insert("zip_data".into(), zip_info);
-        }
-        self.entries.push(entry);
         self.raw_shards.push(raw);
-        self.reset();
+        self.files.push(sealed.file);
+        self.entries.push(sealed.entry);
         Ok(())
     }
 
     /// Flushes the last shard (if it holds samples) and returns the dataset.
     pub fn finish(mut self) -> Result<WrittenDataset> {
-        if !self.samples.is_empty() {
-            self.flush()?;
+        let spec = self.builder.spec.clone();
+        let last = std::mem::replace(&mut self.builder, ShardBuilder::new(spec, 0)).finish()?;
+        if let Some(shard) = last {
+            self.keep(shard)?;
         }
-        let text = dumps_sorted(&json!({"shards": self.entries, "version": 2}));
-        let index = Index::parse(text.as_bytes())?;
+        let bytes = index_json(&self.entries);
+        let index = Index::parse(&bytes)?;
         Ok(WrittenDataset {
             files: self.files,
             raw_shards: self.raw_shards,
-            index_json: text.into_bytes(),
+            index_json: bytes,
             index,
         })
     }

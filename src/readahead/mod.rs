@@ -52,6 +52,7 @@ pub use orders::{EpochOrders, OrderCache, OrderSource, RankOrder, MIN_KEEP_EPOCH
 pub use policy::FurthestNextUse;
 
 use crate::cache::{Advice, CacheError};
+use crate::status::{RankStatus, ReadaheadStatus};
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::{Arc, Condvar, Mutex, OnceLock, RwLock};
@@ -526,9 +527,9 @@ impl Readahead {
     }
 
     /// Live counters for `status.json`.
-    pub fn status(&self) -> serde_json::Value {
+    pub fn status(&self) -> ReadaheadStatus {
         let i = &self.inner;
-        let ranks: Vec<serde_json::Value> = i
+        let ranks = i
             .cursors
             .iter()
             .enumerate()
@@ -536,44 +537,62 @@ impl Readahead {
                 let pos = c.position.load(Relaxed);
                 let bytes = c.bytes.load(Relaxed);
                 let reads = c.reads.load(Relaxed);
-                let secs = c.first_read.get().map(|t| t.elapsed().as_secs_f64()).unwrap_or(0.0);
+                let secs = c
+                    .first_read
+                    .get()
+                    .map(|t| t.elapsed().as_secs_f64())
+                    .unwrap_or(0.0);
                 let epoch_rate = match *c.epoch_start.lock().unwrap_or_else(|e| e.into_inner()) {
-                    Some((_, at, from)) if pos != NO_POSITION && at.elapsed().as_secs_f64() > 0.0 => {
-                        ((pos.saturating_sub(from) + 1) as f64 / at.elapsed().as_secs_f64() * 10.0).round() / 10.0
+                    Some((_, at, from))
+                        if pos != NO_POSITION && at.elapsed().as_secs_f64() > 0.0 =>
+                    {
+                        ((pos.saturating_sub(from) + 1) as f64 / at.elapsed().as_secs_f64() * 10.0)
+                            .round()
+                            / 10.0
                     }
                     _ => 0.0,
                 };
-                serde_json::json!({
-                    "local_rank": n,
-                    "epoch": c.epoch.load(Relaxed),
-                    "cursor": if pos == NO_POSITION { serde_json::Value::Null } else { pos.into() },
-                    "lowest_unread": if pos == NO_POSITION { serde_json::Value::Null } else { c.low.load(Relaxed).into() },
-                    "requests": reads,
-                    "bytes_read": bytes,
-                    "bytes_per_second": if secs > 0.0 { (bytes as f64 / secs).round() } else { 0.0 },
-                    "requests_per_second": if secs > 0.0 { (reads as f64 / secs * 10.0).round() / 10.0 } else { 0.0 },
-                    "samples_per_second": epoch_rate,
-                })
+                let started = pos != NO_POSITION;
+                RankStatus {
+                    local_rank: n as u64,
+                    epoch: c.epoch.load(Relaxed),
+                    cursor: started.then_some(pos),
+                    lowest_unread: started.then(|| c.low.load(Relaxed)),
+                    requests: reads,
+                    bytes_read: bytes,
+                    bytes_per_second: if secs > 0.0 {
+                        (bytes as f64 / secs).round()
+                    } else {
+                        0.0
+                    },
+                    requests_per_second: if secs > 0.0 {
+                        (reads as f64 / secs * 10.0).round() / 10.0
+                    } else {
+                        0.0
+                    },
+                    samples_per_second: epoch_rate,
+                    epoch_samples: None,
+                }
             })
             .collect();
         let (pending, in_flight) = {
             let q = i.queue.lock().unwrap_or_else(|e| e.into_inner());
             (q.pending.len(), q.in_flight.len())
         };
-        serde_json::json!({
-            "stalls": i.stalls.load(Relaxed),
-            "stall_seconds": i.stall_ns.load(Relaxed) as f64 / 1e9,
-            "prefetches": i.prefetches.load(Relaxed),
-            "prefetches_for_next_epoch": i.prefetches_for_later_epoch.load(Relaxed),
-            "prefetched_bytes_for_next_epoch": i.prefetched_bytes_for_later_epoch.load(Relaxed),
-            "prefetch_errors": i.prefetch_errors.load(Relaxed),
-            "plans": i.plans.load(Relaxed),
-            "window_shards": i.window_shards.load(Relaxed),
-            "samples_advised": i.advised.load(Relaxed),
-            "fetches_pending": pending,
-            "fetches_in_flight": in_flight,
-            "ranks": ranks,
-        })
+        ReadaheadStatus {
+            stalls: i.stalls.load(Relaxed),
+            stall_seconds: i.stall_ns.load(Relaxed) as f64 / 1e9,
+            prefetches: i.prefetches.load(Relaxed),
+            prefetches_for_next_epoch: i.prefetches_for_later_epoch.load(Relaxed),
+            prefetched_bytes_for_next_epoch: i.prefetched_bytes_for_later_epoch.load(Relaxed),
+            prefetch_errors: i.prefetch_errors.load(Relaxed),
+            plans: i.plans.load(Relaxed),
+            window_shards: i.window_shards.load(Relaxed),
+            samples_advised: i.advised.load(Relaxed),
+            fetches_pending: pending as u64,
+            fetches_in_flight: in_flight as u64,
+            ranks,
+        }
     }
 }
 

@@ -113,7 +113,7 @@ fn fetches_the_shards_ahead_of_the_reader_in_order_within_budget() {
     // Past the window (shards 0..3), shards 3..9 are ranked for eviction, not fetched.
     assert_eq!(ra.next_use(7), 69);
     assert_eq!(ra.next_use(9), u64::MAX);
-    assert_eq!(ra.status()["window_shards"], 3);
+    assert_eq!(ra.status().window_shards, 3);
     for p in 1..=55 {
         ra.on_read(0, 0, p);
     }
@@ -134,7 +134,7 @@ fn a_slower_worker_keeps_the_shards_it_has_still_to_read() {
     // Earlier plans (a few positions back) may also have fetched 59, never beyond 61.
     settle(&ra);
     assert_eq!(ra.next_use(1), 0, "the slow worker reads shard 1 next");
-    assert_eq!(ra.status()["ranks"][0]["lowest_unread"], 10);
+    assert_eq!(ra.status().ranks[0].lowest_unread, Some(10));
     let f = src.fetches.lock().unwrap().clone();
     assert!(
         f.contains(&1) && f.contains(&60) && f.contains(&61),
@@ -189,8 +189,8 @@ fn positions_opened_behind_the_cursor_count_as_read_but_opened_ahead_do_not() {
         "opened behind the cursor: consumed"
     );
     assert_eq!(
-        ra.status()["ranks"][0]["lowest_unread"],
-        600,
+        ra.status().ranks[0].lowest_unread,
+        Some(600),
         "all up to the cursor"
     );
     let f = src.fetches.lock().unwrap().clone();
@@ -242,13 +242,13 @@ fn out_of_order_reads_do_not_move_the_cursor_back_but_far_jumps_do() {
     ra.on_read(0, 0, 5000);
     ra.on_read(0, 0, 4990);
     let s = ra.status();
-    assert_eq!(s["ranks"][0]["cursor"], 5000);
+    assert_eq!(s.ranks[0].cursor, Some(5000));
     ra.on_read(0, 0, 10);
-    assert_eq!(ra.status()["ranks"][0]["cursor"], 10);
+    assert_eq!(ra.status().ranks[0].cursor, Some(10));
     ra.on_read(0, 1, 3);
-    assert_eq!(ra.status()["ranks"][0]["epoch"], 1);
+    assert_eq!(ra.status().ranks[0].epoch, 1);
     ra.record_stall(Duration::from_millis(3));
-    assert_eq!(ra.status()["stalls"], 1);
+    assert_eq!(ra.status().stalls, 1);
 }
 
 #[test]
@@ -374,7 +374,7 @@ fn the_window_of_many_ranks_never_exceeds_the_budget() {
     let f = src.fetches.lock().unwrap().clone();
     assert!(!f.is_empty(), "nothing fetched");
     assert!(f.len() as u64 * 100 <= 250, "fetched {f:?}");
-    let planned = ra.status()["window_shards"].as_u64().unwrap_or(u64::MAX);
+    let planned = ra.status().window_shards;
     assert!(planned * 100 <= 250, "planned {planned} shards");
 }
 
@@ -554,7 +554,7 @@ fn samples_of_shards_not_on_disk_are_not_advised() {
     ra.on_read(0, 0, 0);
     settle(&ra);
     assert!(src.advised.lock().unwrap().is_empty());
-    assert_eq!(ra.status()["samples_advised"], 0);
+    assert_eq!(ra.status().samples_advised, 0);
 }
 
 #[test]
@@ -569,12 +569,12 @@ fn prefetches_for_the_next_epoch_are_counted_apart() {
     }
     settle(&ra);
     // Shard 0 is still cached from the start of epoch 0: nothing fetched for epoch 1.
-    assert_eq!(ra.status()["prefetches_for_next_epoch"], 0);
+    assert_eq!(ra.status().prefetches_for_next_epoch, 0);
     src.resident.lock().unwrap().retain(|&s| s >= 8);
     settle(&ra);
     let st = ra.status();
-    assert_eq!(st["prefetches_for_next_epoch"], 1, "{st}");
-    assert_eq!(st["prefetched_bytes_for_next_epoch"], 100, "{st}");
+    assert_eq!(st.prefetches_for_next_epoch, 1, "{st:?}");
+    assert_eq!(st.prefetched_bytes_for_next_epoch, 100, "{st:?}");
     let f = src.fetches.lock().unwrap().clone();
     assert_eq!(f.iter().filter(|&&s| s == 0).count(), 2, "{f:?}");
 }

@@ -248,6 +248,11 @@ impl ObjectStoreBackend {
         &self.source
     }
 
+    /// The `object_store` client and the root path under it, for writers (`store::put`).
+    pub(crate) fn client(&self) -> (Arc<dyn ObjectStore>, Path) {
+        (self.inner.clone(), self.root.clone())
+    }
+
     /// The MD5s an ETag stands for. Only S3 ETags can be an MD5 of the object; other
     /// stores' ETags are versions.
     fn etag_md5s(&self, e_tag: Option<&str>) -> super::EtagMd5s {

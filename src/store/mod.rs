@@ -36,6 +36,7 @@ mod faults;
 mod key;
 mod options;
 mod parts;
+pub mod put;
 mod resilient;
 mod source;
 mod urgency;

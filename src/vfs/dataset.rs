@@ -15,6 +15,7 @@ use super::source::{ColumnFile, SampleSource, SourceError};
 use crate::cache::{Advice, CacheError, ShardCache};
 use crate::mds;
 use crate::readahead::ShardSource;
+use crate::status::StreamCacheStatus;
 
 /// Samples of one stream's shards: what the vfs needs from the cache.
 pub trait ShardStore: Send + Sync {
@@ -50,7 +51,7 @@ pub trait ShardStore: Send + Sync {
         Advice::Skipped
     }
     /// Live counters for `status.json`.
-    fn status(&self) -> serde_json::Value;
+    fn status(&self) -> StreamCacheStatus;
     /// Where the shards come from (the dataset's URL), for error messages.
     fn source(&self) -> String {
         String::new()
@@ -92,14 +93,13 @@ impl ShardStore for CachedShards {
     fn source(&self) -> String {
         self.0.dataset().id().source.clone()
     }
-    fn status(&self) -> serde_json::Value {
-        let mut v = serde_json::to_value(self.0.stats()).unwrap_or_default();
-        if let Some(o) = v.as_object_mut() {
-            o.insert("source".into(), self.0.dataset().id().source.clone().into());
-            o.insert("dir".into(), self.0.dir().display().to_string().into());
-            o.insert("fetch_latency".into(), self.0.fetch_latency().to_json());
+    fn status(&self) -> StreamCacheStatus {
+        StreamCacheStatus {
+            stats: self.0.stats(),
+            source: self.0.dataset().id().source.clone(),
+            dir: self.0.dir().display().to_string(),
+            fetch_latency: self.0.fetch_latency(),
         }
-        v
     }
 }
 
@@ -366,7 +366,7 @@ impl SampleSource for MdsDataset {
             .is_none_or(|(s, shard, i)| s.shards.can_read_now(shard, i))
     }
 
-    fn status(&self) -> serde_json::Value {
-        serde_json::Value::Array(self.streams.iter().map(|s| s.shards.status()).collect())
+    fn status(&self) -> Vec<StreamCacheStatus> {
+        self.streams.iter().map(|s| s.shards.status()).collect()
     }
 }

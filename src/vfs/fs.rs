@@ -14,6 +14,7 @@ use super::recent::{KnownSizes, Named, RecentNames, SizeState};
 use super::source::{SampleSource, SourceError};
 use super::status::{ErrorLog, FailedOp};
 use crate::readahead::{RankOrder, Readahead};
+use crate::status::{MountStatus, ReadaheadStatus};
 
 /// Kind of a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -61,6 +62,8 @@ pub struct VfsConfig {
     pub global_ranks: Vec<u64>,
     /// How many `epoch-E` folders a listing of `rank-R/` shows.
     pub epochs_listed: u64,
+    /// The first epoch listed: the resumed one when resuming, else 0.
+    pub first_epoch_listed: u64,
 }
 
 /// The read-only filesystem as a plain Rust value (no FUSE types).
@@ -436,8 +439,11 @@ impl Vfs {
             ),
             Node::RankDir(r) => {
                 self.global_rank(r)?;
-                let n = self.config.epochs_listed.min(MAX_EPOCHS);
-                let entries = (0..n)
+                let first = self.config.first_epoch_listed.min(MAX_EPOCHS);
+                let last = first
+                    .saturating_add(self.config.epochs_listed)
+                    .min(MAX_EPOCHS);
+                let entries = (first..last)
                     .map(|e| (Node::EpochDir(r, Epoch(e)), format!("epoch-{e}")))
                     .collect();
                 fixed(entries, &mut add)
@@ -633,8 +639,7 @@ impl Vfs {
 
     /// The current `status.json` bytes.
     pub fn status_json(&self) -> Vec<u8> {
-        let v = self.status_value();
-        let mut out = serde_json::to_vec_pretty(&v).unwrap_or_default();
+        let mut out = serde_json::to_vec_pretty(&self.status()).unwrap_or_default();
         // Pad with spaces to a multiple of 4 KiB: the size rarely changes between snapshots,
         // so a reader racing a refresh never sees a length that disagrees with the content.
         let padded = (out.len() + 1).div_ceil(STATUS_PAD) * STATUS_PAD;
@@ -644,33 +649,44 @@ impl Vfs {
     }
 
     /// The scheduler's status with each rank's epoch length added (for progress views).
-    fn readahead_status(&self) -> serde_json::Value {
-        let mut v = self.readahead.status();
-        if let Some(ranks) = v["ranks"].as_array_mut() {
-            for (i, r) in ranks.iter_mut().enumerate() {
-                let epoch = r["epoch"].as_u64().unwrap_or(0);
-                if let Ok(order) = self.readahead.order(epoch, i) {
-                    r["epoch_samples"] = (order.len() as u64).into();
-                }
+    fn readahead_status(&self) -> ReadaheadStatus {
+        let mut status = self.readahead.status();
+        for (i, r) in status.ranks.iter_mut().enumerate() {
+            if let Ok(order) = self.readahead.order(r.epoch, i) {
+                r.epoch_samples = Some(order.len() as u64);
             }
         }
-        v
+        status
+    }
+
+    /// The settings of the tree.
+    pub fn config(&self) -> &VfsConfig {
+        &self.config
+    }
+
+    /// Samples in the dataset (all streams), as `samples/` lists them.
+    pub fn num_samples(&self) -> u64 {
+        self.source.num_samples()
     }
 
     /// The live counters of the mount (what `status.json` holds and `/metrics` exports).
-    pub fn status_value(&self) -> serde_json::Value {
-        serde_json::json!({
-            "pid": std::process::id(),
-            "mounted_at_unix": self.mounted_at.duration_since(SystemTime::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-            "uptime_seconds": self.started.elapsed().as_secs_f64(),
-            "ranks": self.config.global_ranks,
-            "epochs_listed": self.config.epochs_listed,
-            "samples": self.source.num_samples(),
-            "errors": self.errors.to_json(),
-            "readahead": self.readahead_status(),
-            "cache": self.source.status(),
-            "read_latency": self.read_latency.snapshot().to_json(),
-            "memory": crate::cache::process_memory::snapshot(),
-        })
+    pub fn status(&self) -> MountStatus {
+        MountStatus {
+            pid: std::process::id(),
+            mounted_at_unix: self
+                .mounted_at
+                .duration_since(SystemTime::UNIX_EPOCH)
+                .map(|d| d.as_secs())
+                .unwrap_or(0),
+            uptime_seconds: self.started.elapsed().as_secs_f64(),
+            ranks: self.config.global_ranks.clone(),
+            epochs_listed: self.config.epochs_listed,
+            samples: self.source.num_samples(),
+            errors: self.errors.snapshot(),
+            readahead: self.readahead_status(),
+            cache: self.source.status(),
+            read_latency: self.read_latency.snapshot(),
+            memory: crate::cache::process_memory::snapshot(),
+        }
     }
 }

@@ -6,6 +6,7 @@
 use bytes::Bytes;
 
 use crate::readahead::ShardSource;
+use crate::status::StreamCacheStatus;
 
 /// One column as it appears in file names: `NNNNNNNN.{name}.{ext}`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,6 +71,6 @@ pub trait SampleSource: ShardSource {
     fn can_read_now(&self, _sample: u64) -> bool {
         true
     }
-    /// Live counters of the store and cache for `status.json`.
-    fn status(&self) -> serde_json::Value;
+    /// Live counters of each stream's store and cache for `status.json`.
+    fn status(&self) -> Vec<StreamCacheStatus>;
 }

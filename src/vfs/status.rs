@@ -5,6 +5,8 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
+use crate::status::{ErrorAnswers, ErrorsStatus, ShardFailure};
+
 const KEEP: usize = 32;
 /// A failure of the same shard for the same reason within this many seconds of the last one
 /// is the same failure seen again (a file's lookup and then its read), not a new one.
@@ -23,7 +25,7 @@ pub enum FailedOp {
 /// The last few shard failures and how many there were.
 #[derive(Default)]
 pub struct ErrorLog {
-    inner: Mutex<(u64, VecDeque<serde_json::Value>)>,
+    inner: Mutex<(u64, VecDeque<ShardFailure>)>,
     /// Requests answered with an error because of a shard failure, by kind (every one,
     /// repeats included): tells failed reads from failed look-ups of file sizes.
     read_answers: AtomicU64,
@@ -46,11 +48,9 @@ impl ErrorLog {
             .unwrap_or(0);
         let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(last) = g.1.front_mut() {
-            let recent = last["unix_time"]
-                .as_u64()
-                .is_some_and(|t| at.saturating_sub(t) <= SAME_FAILURE_SECS);
-            if recent && last["store"] == store && last["shard"] == shard && last["why"] == why {
-                last["unix_time"] = at.into();
+            let recent = at.saturating_sub(last.unix_time) <= SAME_FAILURE_SECS;
+            if recent && last.store == store && last.shard == shard && last.why == why {
+                last.unix_time = at;
                 return;
             }
         }
@@ -61,22 +61,25 @@ impl ErrorLog {
             "shard unavailable: reads of its samples return EIO"
         );
         g.0 += 1;
-        g.1.push_front(
-            serde_json::json!({"store": store, "shard": shard, "why": why, "unix_time": at}),
-        );
+        g.1.push_front(ShardFailure {
+            store: store.into(),
+            shard: shard.into(),
+            why: why.into(),
+            unix_time: at,
+        });
         g.1.truncate(KEEP);
     }
 
-    /// `{"count": n, "recent": [...], "answers": {"read": r, "size": s}}`.
-    pub fn to_json(&self) -> serde_json::Value {
+    /// The count, the latest failures and the answers, for `status.json`.
+    pub fn snapshot(&self) -> ErrorsStatus {
         let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        serde_json::json!({
-            "count": g.0,
-            "recent": g.1,
-            "answers": {
-                "read": self.read_answers.load(Relaxed),
-                "size": self.size_answers.load(Relaxed),
+        ErrorsStatus {
+            count: g.0,
+            recent: g.1.iter().cloned().collect(),
+            answers: ErrorAnswers {
+                read: self.read_answers.load(Relaxed),
+                size: self.size_answers.load(Relaxed),
             },
-        })
+        }
     }
 }

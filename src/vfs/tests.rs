@@ -87,9 +87,21 @@ impl SampleSource for Memory {
         let end = start.saturating_add(size as usize).min(b.len());
         Ok(bytes::Bytes::copy_from_slice(&b[start..end]))
     }
-    fn status(&self) -> serde_json::Value {
-        serde_json::json!({"fetches": self.fetches.load(Relaxed)})
+    fn status(&self) -> Vec<crate::status::StreamCacheStatus> {
+        let stats = crate::cache::CacheStats {
+            shards_fetched: self.fetches.load(Relaxed),
+            ..Default::default()
+        };
+        vec![crate::status::StreamCacheStatus {
+            stats,
+            ..Default::default()
+        }]
     }
+}
+
+/// The status file as the mount writes it, read back into its type.
+fn status_file(v: &Vfs) -> crate::status::MountStatus {
+    serde_json::from_slice(&v.status_json()).unwrap()
 }
 
 /// Rank r of `ranks` gets samples r, r+ranks, ... in reverse order, rotated by the epoch.
@@ -157,6 +169,7 @@ fn vfs_over(src: Arc<Memory>, global: Vec<u64>, world: u64) -> Vfs {
         VfsConfig {
             global_ranks: global,
             epochs_listed: 2,
+            first_epoch_listed: 0,
         },
     )
 }
@@ -283,13 +296,13 @@ fn broken_shard_gives_eio_and_is_reported_while_others_work() {
     use super::inode::{ColumnNo, Node, SampleId};
     let ino = Node::SampleFile(SampleId(12), ColumnNo(0)).ino().unwrap();
     assert_eq!(v.read(ino, 0, 100).unwrap_err().errno(), libc::EIO);
-    let status: serde_json::Value = serde_json::from_slice(&v.status_json()).unwrap();
-    assert_eq!(status["errors"]["count"], 1);
-    assert_eq!(status["errors"]["recent"][0]["shard"], "shard.00001.mds");
-    assert_eq!(status["errors"]["recent"][0]["why"], "hash mismatch");
+    let status = status_file(&v);
+    assert_eq!(status.errors.count, 1);
+    assert_eq!(status.errors.recent[0].shard, "shard.00001.mds");
+    assert_eq!(status.errors.recent[0].why, "hash mismatch");
     // ... but both answers count, by kind: the lookup's (size) and the read's.
-    assert_eq!(status["errors"]["answers"]["size"], 1);
-    assert_eq!(status["errors"]["answers"]["read"], 1);
+    assert_eq!(status.errors.answers.size, 1);
+    assert_eq!(status.errors.answers.read, 1);
 }
 
 #[test]
@@ -341,24 +354,21 @@ fn a_size_from_unverified_bytes_that_the_verified_bytes_contradict_fails_reads_u
 #[test]
 fn stat_does_not_move_the_readahead_cursor_but_read_does() {
     let v = vfs(40_000, vec![0], 1, None);
-    let cursor = |v: &Vfs| {
-        let s: serde_json::Value = serde_json::from_slice(&v.status_json()).unwrap();
-        s["readahead"]["ranks"][0]["cursor"].clone()
-    };
+    let cursor = |v: &Vfs| status_file(v).readahead.ranks[0].cursor;
     // `ls -l` of the epoch folder: stat of far positions.
     for p in [0u64, 5000, 39_999] {
         let a = path(&v, &format!("rank-0/epoch-0/{p:08}.a.bin")).unwrap();
         v.getattr(a.ino).unwrap();
     }
-    assert_eq!(cursor(&v), serde_json::Value::Null, "stat moved the cursor");
+    assert_eq!(cursor(&v), None, "stat moved the cursor");
     let far = path(&v, "rank-0/epoch-0/00039999.a.bin").unwrap();
     let near = path(&v, "rank-0/epoch-0/00000007.a.bin").unwrap();
     v.read(near.ino, 0, 10).unwrap();
-    assert_eq!(cursor(&v), 7);
+    assert_eq!(cursor(&v), Some(7));
     v.getattr(far.ino).unwrap();
-    assert_eq!(cursor(&v), 7, "stat moved the cursor");
+    assert_eq!(cursor(&v), Some(7), "stat moved the cursor");
     v.read(far.ino, 0, 10).unwrap();
-    assert_eq!(cursor(&v), 39_999);
+    assert_eq!(cursor(&v), Some(39_999));
 }
 
 #[test]
@@ -366,11 +376,7 @@ fn a_sample_is_one_inode_in_every_epoch_and_reads_follow_the_name_opened() {
     // One rank over 40 samples (world 1): every epoch holds every sample, so each sample
     // file of epoch 0 is also in epoch 1 and in samples/, under the same inode.
     let v = vfs(40, vec![0], 1, None);
-    let status = |v: &Vfs| -> serde_json::Value {
-        serde_json::from_slice::<serde_json::Value>(&v.status_json()).unwrap()["readahead"]["ranks"]
-            [0]
-        .clone()
-    };
+    let status = |v: &Vfs| status_file(v).readahead.ranks[0].clone();
     let order1 = model_order(40, 1, 0, 1);
     let e1 = path(&v, "rank-0/epoch-1/00000003.z.npy").unwrap();
     let s = path(&v, &format!("samples/{:08}.z.npy", order1[3])).unwrap();
@@ -388,29 +394,23 @@ fn a_sample_is_one_inode_in_every_epoch_and_reads_follow_the_name_opened() {
     assert_eq!(entry.ino, s.ino);
     // The last name looked up says which rank position a read of the inode is for.
     v.read(e1.ino, 0, 10).unwrap();
-    assert_eq!(
-        (status(&v)["epoch"].clone(), status(&v)["cursor"].clone()),
-        (0.into(), p0.into())
-    );
+    assert_eq!((status(&v).epoch, status(&v).cursor), (0, Some(p0 as u64)));
     let e1 = path(&v, "rank-0/epoch-1/00000003.z.npy").unwrap();
     v.read(e1.ino, 0, 10).unwrap();
-    assert_eq!(
-        (status(&v)["epoch"].clone(), status(&v)["cursor"].clone()),
-        (1.into(), 3.into())
-    );
+    assert_eq!((status(&v).epoch, status(&v).cursor), (1, Some(3)));
     let again = path(&v, &format!("rank-0/epoch-0/{p0:08}.z.npy")).unwrap();
     v.read(again.ino, 0, 10).unwrap();
-    assert_eq!(status(&v)["epoch"], 0);
-    assert_eq!(status(&v)["cursor"], p0);
+    assert_eq!(status(&v).epoch, 0);
+    assert_eq!(status(&v).cursor, Some(p0 as u64));
     // A sample never opened through a rank folder is read without moving any cursor.
     let other = (0..40).find(|&x| x != order1[3]).unwrap();
     let direct = path(&v, &format!("samples/{other:08}.a.bin")).unwrap();
-    let before = status(&v)["requests"].clone();
+    let before = status(&v).requests;
     assert_eq!(
         v.read(direct.ino, 0, 4096).unwrap(),
         Memory::bytes(other, 0)
     );
-    assert_eq!(status(&v)["requests"], before);
+    assert_eq!(status(&v).requests, before);
 }
 
 #[test]
@@ -453,9 +453,8 @@ fn a_listing_with_attributes_records_where_its_samples_are_opened() {
         }
     }
     let cursor = |v: &Vfs| {
-        let s: serde_json::Value = serde_json::from_slice(&v.status_json()).unwrap();
-        let r = &s["readahead"]["ranks"][0];
-        (r["epoch"].clone(), r["cursor"].clone())
+        let r = status_file(v).readahead.ranks[0].clone();
+        (r.epoch, r.cursor)
     };
     // A listed entry with attributes, read without a lookup: attributed to its position.
     let p = (5..40).find(|&p| order1[p] % 2 == 0).unwrap();
@@ -464,12 +463,12 @@ fn a_listing_with_attributes_records_where_its_samples_are_opened() {
         .find(|(e, _)| e.name.starts_with(&format!("{p:08}.")))
         .unwrap();
     v.read(e.ino, 0, 10).unwrap();
-    assert_eq!(cursor(&v), (1.into(), (p as u64).into()));
+    assert_eq!(cursor(&v), (1, Some(p as u64)));
     // One without attributes is recorded by the lookup the kernel then sends.
     let q = (p + 1..40).find(|&q| order1[q] % 2 == 1).unwrap();
     let f = path(&v, &format!("rank-0/epoch-1/{q:08}.a.bin")).unwrap();
     v.read(f.ino, 0, 10).unwrap();
-    assert_eq!(cursor(&v), (1.into(), (q as u64).into()));
+    assert_eq!(cursor(&v), (1, Some(q as u64)));
 }
 
 #[test]
@@ -496,9 +495,8 @@ fn listing_the_next_epoch_does_not_take_reads_of_the_current_one() {
         files // one per position, in order
     };
     let cursor = |v: &Vfs| {
-        let s: serde_json::Value = serde_json::from_slice(&v.status_json()).unwrap();
-        let r = &s["readahead"]["ranks"][0];
-        (r["epoch"].as_u64().unwrap(), r["cursor"].as_u64().unwrap())
+        let r = status_file(v).readahead.ranks[0].clone();
+        (r.epoch, r.cursor.unwrap())
     };
     let epoch0 = listed(0);
     v.read(epoch0[5], 0, 10).unwrap();

@@ -2,6 +2,7 @@
 
 mod allocator;
 mod disk_full;
+mod issue38;
 mod metrics;
 mod orders;
 mod status;

@@ -135,6 +135,11 @@ fn samples_of_cached_shards_are_advised_ahead_of_their_reader() {
         std::thread::sleep(Duration::from_millis(50));
     };
     assert!(planned > 0, "no sample advised: {}", m.status());
+    // No --cache-limit: the limit is JSON null, not u64::MAX (issue 38).
+    assert_eq!(
+        m.status()["cache"][0]["limit_bytes"],
+        serde_json::Value::Null
+    );
     assert_eq!(
         planned, cached,
         "every advice the planner counts reached the cache"

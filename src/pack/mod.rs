@@ -1,0 +1,393 @@
+//! `pack`: turn an ImageFolder tree, JSON Lines or WebDataset tars into an MDS dataset,
+//! byte for byte what mosaicml-streaming's `MDSWriter` writes for the same samples.
+//!
+//! The shape is a pipeline with bounded memory:
+//! - one reader thread (the caller's) walks the input in its documented order ([`jsonl`],
+//!   [`imagefolder`], [`webdataset`]), encodes each sample's columns ([`columns`]) and cuts
+//!   shards exactly where `MDSWriter` cuts them ([`ShardBuilder`]);
+//! - `threads` workers take finished raw shards from a channel of `threads` slots, compress
+//!   and hash them ([`ShardSpec::seal`]) and write them to DEST ([`dest`]);
+//! - the index is written last, once every shard is stored.
+//!
+//! So at most `2 × threads + 1` shards are in memory whatever the dataset's size, and an
+//! interrupted or failed pack leaves no `index.json` behind (see [`dest`] for how a re-run
+//! starts clean over what it left).
+//!
+//! `--part K/N` packs slice K of N disjoint, ordered slices of the input into
+//! `DEST/part-KKKKK/` (a complete dataset of its own), and [`merge()`] writes `DEST/index.json`
+//! over the parts as mosaicml-streaming's `merge_index` does, so the merged dataset reads the
+//! same samples in the same order as a single pack.
+
+pub mod columns;
+pub mod dest;
+mod error;
+pub mod imagefolder;
+pub mod jsonl;
+pub mod merge;
+pub mod pyvalue;
+pub mod source;
+pub mod webdataset;
+
+pub use dest::Dest;
+pub use error::{PackError, Result};
+pub use merge::merge;
+pub use source::{Format, SampleSource};
+
+use crate::mds::writer::{index_json, RawShard, ShardBuilder, ShardSpec};
+use crate::mds::{Compression, Encoding, WriterConfig};
+use std::collections::BTreeSet;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
+
+/// MDSWriter's default shard size limit: 64 MiB.
+pub const DEFAULT_SIZE_LIMIT: u64 = 1 << 26;
+
+/// Slice `k` of `n` (counted from 0) of the input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Part {
+    /// This slice, `0 ≤ k < n`.
+    pub k: usize,
+    /// How many slices.
+    pub n: usize,
+}
+
+impl Part {
+    /// The folder below DEST this part writes: `part-KKKKK`.
+    pub fn folder(&self) -> String {
+        format!("part-{:05}", self.k)
+    }
+
+    /// Items `[k·len/n, (k+1)·len/n)` of `len`.
+    pub fn range(&self, len: u64) -> (u64, u64) {
+        let cut = |i: usize| ((u128::from(len) * i as u128) / self.n as u128) as u64;
+        (cut(self.k), cut(self.k + 1))
+    }
+}
+
+impl std::str::FromStr for Part {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Part, String> {
+        let bad = || format!("--part {s:?}: expected K/N with 0 <= K < N, e.g. 0/4");
+        let (k, n) = s.split_once('/').ok_or_else(bad)?;
+        let (k, n): (usize, usize) = (
+            k.trim().parse().map_err(|_| bad())?,
+            n.trim().parse().map_err(|_| bad())?,
+        );
+        if n == 0 || k >= n || n > 99_999 {
+            return Err(bad());
+        }
+        Ok(Part { k, n })
+    }
+}
+
+/// Everything a pack needs to know.
+#[derive(Debug, Clone)]
+pub struct PackOptions {
+    /// The input: a local file or folder.
+    pub input: PathBuf,
+    /// Where to write.
+    pub dest: Dest,
+    /// The input format; None to tell it from the input.
+    pub format: Option<Format>,
+    /// The columns to write; None to infer them.
+    pub columns: Option<Vec<(String, Encoding)>>,
+    /// Whole-shard compression.
+    pub compression: Option<Compression>,
+    /// Hash algorithms to record (stored sorted, as MDSWriter expects).
+    pub hashes: Vec<String>,
+    /// Shard size limit in bytes.
+    pub size_limit: u64,
+    /// Pack only this slice of the input, into `DEST/part-KKKKK/`.
+    pub part: Option<Part>,
+    /// Worker threads that compress, hash and write shards (at least 1).
+    pub threads: usize,
+}
+
+/// Live counters of a running pack, for a progress display.
+#[derive(Debug, Default)]
+pub struct Progress {
+    /// Samples read.
+    pub samples: AtomicU64,
+    /// Input bytes read.
+    pub input_bytes: AtomicU64,
+    /// Input bytes this pack will read, once known.
+    pub input_total: AtomicU64,
+    /// Shards written.
+    pub shards: AtomicU64,
+    /// Bytes written to DEST.
+    pub written_bytes: AtomicU64,
+}
+
+/// What a finished pack wrote.
+#[derive(Debug, Clone)]
+pub struct PackSummary {
+    /// Where it wrote (the part's folder for `--part`).
+    pub dest: String,
+    /// Samples written.
+    pub samples: u64,
+    /// Shards written.
+    pub shards: usize,
+    /// Bytes of the stored shard files.
+    pub bytes: u64,
+    /// The columns, as stored (sorted by name).
+    pub columns: Vec<(String, Encoding)>,
+}
+
+/// The reader of `opts.input` and the columns it will produce (in stored order).
+fn open_source(
+    opts: &PackOptions,
+    progress: &Progress,
+) -> Result<(Box<dyn SampleSource>, Arc<ShardSpec>)> {
+    let input = opts.input.as_path();
+    let format = match opts.format {
+        Some(f) => f,
+        None => source::detect(input)?,
+    };
+    let part = opts.part.unwrap_or(Part { k: 0, n: 1 });
+    let spec_of = |columns: Vec<(String, Encoding)>| -> Result<Arc<ShardSpec>> {
+        let mut hashes = opts.hashes.clone();
+        hashes.sort();
+        hashes.dedup();
+        Ok(Arc::new(ShardSpec::new(WriterConfig {
+            columns,
+            compression: opts.compression,
+            hashes,
+            size_limit: Some(opts.size_limit),
+        })?))
+    };
+    let stored = |spec: &ShardSpec| -> Vec<(String, Encoding)> {
+        spec.columns()
+            .iter()
+            .map(|c| (c.name.clone(), c.encoding.clone()))
+            .collect()
+    };
+    match format {
+        Format::Jsonl => {
+            let files = source::list_files(input, jsonl::is_jsonl_name)?;
+            let strict = opts.columns.is_none();
+            let columns = match &opts.columns {
+                Some(c) => c.clone(),
+                None => jsonl::infer_columns(&files)?,
+            };
+            let spec = spec_of(columns)?;
+            let total: u64 = files.iter().map(|f| f.size).sum();
+            let range = part.range(total);
+            progress
+                .input_total
+                .store(range.1 - range.0, Ordering::Relaxed);
+            let src = jsonl::JsonlSource::new(files, range, stored(&spec), strict);
+            Ok((Box::new(src), spec))
+        }
+        Format::Imagefolder => {
+            let images = imagefolder::list(input)?;
+            let columns = match &opts.columns {
+                Some(c) => {
+                    imagefolder::check_columns(c)?;
+                    c.clone()
+                }
+                None => imagefolder::infer_columns(&images)?,
+            };
+            let spec = spec_of(columns)?;
+            let (a, b) = part.range(images.len() as u64);
+            let (a, b) = (a as usize, b as usize);
+            let total: u64 = images[a..b].iter().map(|i| i.size).sum();
+            progress.input_total.store(total, Ordering::Relaxed);
+            let src = imagefolder::ImageFolderSource::new(
+                input.to_path_buf(),
+                images,
+                (a, b),
+                stored(&spec),
+            );
+            Ok((Box::new(src), spec))
+        }
+        Format::Webdataset => {
+            let files = source::list_files(input, |n| n.ends_with(".tar"))?;
+            let columns = match &opts.columns {
+                Some(c) => c.clone(),
+                None => webdataset::infer_columns(&files)?,
+            };
+            let spec = spec_of(columns)?;
+            let (a, b) = part.range(files.len() as u64);
+            let files: Vec<_> = files[a as usize..b as usize].to_vec();
+            progress
+                .input_total
+                .store(files.iter().map(|f| f.size).sum(), Ordering::Relaxed);
+            let src = webdataset::TarSource::new(files, stored(&spec), opts.columns.is_none());
+            Ok((Box::new(src), spec))
+        }
+        Format::Parquet => Err(PackError::Options(
+            "Parquet input is not supported by this build yet; convert it to JSON Lines \
+             (e.g. with pyarrow or duckdb) and pack that"
+                .into(),
+        )),
+    }
+}
+
+/// What a worker reports for one shard: its number, index entry, stored file and raw size.
+type Stored = (usize, serde_json::Value, String, u64);
+
+/// Packs `opts.input` into `opts.dest` (or its part folder); see the module note.
+pub fn pack(opts: &PackOptions, progress: &Progress) -> Result<PackSummary> {
+    let (mut source, spec) = open_source(opts, progress)?;
+    let dest = match opts.part {
+        Some(p) => {
+            if opts
+                .dest
+                .list()?
+                .iter()
+                .any(|n| n == crate::mds::INDEX_FILE)
+            {
+                return Err(PackError::Dest(format!(
+                    "{} already holds a merged index.json; delete it before packing parts again",
+                    opts.dest.display()
+                )));
+            }
+            opts.dest.child(&p.folder())
+        }
+        None => opts.dest.clone(),
+    };
+    dest.prepare()?;
+
+    let threads = opts.threads.max(1);
+    let (tx, rx) = mpsc::sync_channel::<RawShard>(threads);
+    let rx = Arc::new(Mutex::new(rx));
+    let (done_tx, done_rx) = mpsc::channel::<Result<Stored>>();
+    let failed = Arc::new(AtomicBool::new(false));
+    let mut workers = Vec::new();
+    for _ in 0..threads {
+        let rx = Arc::clone(&rx);
+        let failed = Arc::clone(&failed);
+        let done_tx = done_tx.clone();
+        let spec = Arc::clone(&spec);
+        let dest = dest.clone();
+        workers.push(std::thread::spawn(move || loop {
+            let next = match rx.lock() {
+                Ok(guard) => guard.recv(),
+                Err(_) => return,
+            };
+            let Ok(raw) = next else { return };
+            let stored = spec.seal(raw).map_err(PackError::from).and_then(|s| {
+                dest.put(&s.file.basename, &s.file.data)?;
+                let raw_len = s.raw_bytes().len() as u64;
+                Ok((s.number, s.entry, s.file.basename, raw_len))
+            });
+            let bad = stored.is_err();
+            if bad {
+                failed.store(true, Ordering::Relaxed);
+            }
+            if done_tx.send(stored).is_err() || bad {
+                return;
+            }
+        }));
+    }
+    drop(done_tx);
+    drop(rx);
+
+    let read = read_all(source.as_mut(), &spec, &tx, &failed, progress);
+    drop(tx);
+    for w in workers {
+        let _ = w.join();
+    }
+    let mut results: Vec<Stored> = Vec::new();
+    let mut worker_err = None;
+    for r in done_rx.try_iter() {
+        match r {
+            Ok(s) => {
+                progress.shards.fetch_add(1, Ordering::Relaxed);
+                results.push(s);
+            }
+            Err(e) => {
+                worker_err.get_or_insert(e);
+            }
+        }
+    }
+    // A worker's own error says more than the reader's "a writer failed".
+    if let Some(e) = worker_err {
+        return Err(e);
+    }
+    read?;
+    results.sort_by_key(|r| r.0);
+    let entries: Vec<serde_json::Value> = results.iter().map(|r| r.1.clone()).collect();
+    let keep: BTreeSet<String> = results.iter().map(|r| r.2.clone()).collect();
+    dest.finish(&index_json(&entries), &keep)?;
+    let bytes = results
+        .iter()
+        .map(|r| {
+            r.1["zip_data"]["bytes"]
+                .as_u64()
+                .or(r.1["raw_data"]["bytes"].as_u64())
+                .unwrap_or(r.3)
+        })
+        .sum();
+    Ok(PackSummary {
+        dest: dest.display(),
+        samples: progress.samples.load(Ordering::Relaxed),
+        shards: results.len(),
+        bytes,
+        columns: spec
+            .columns()
+            .iter()
+            .map(|c| (c.name.clone(), c.encoding.clone()))
+            .collect(),
+    })
+}
+
+/// The reader loop: samples into shards into the workers' channel. Stops at its own first
+/// error, or as soon as a worker has failed (`failed`; the caller reports the worker's error).
+fn read_all(
+    source: &mut dyn SampleSource,
+    spec: &Arc<ShardSpec>,
+    tx: &mpsc::SyncSender<RawShard>,
+    failed: &AtomicBool,
+    progress: &Progress,
+) -> Result<()> {
+    let stopped = || PackError::Dest("a shard writer failed".into());
+    let mut builder = ShardBuilder::new(Arc::clone(spec), 0);
+    let mut values: Vec<Vec<u8>> = vec![Vec::new(); spec.columns().len()];
+    let send = |shard: RawShard| -> Result<()> {
+        let len = shard.bytes.len() as u64;
+        tx.send(shard).map_err(|_| stopped())?;
+        progress.written_bytes.fetch_add(len, Ordering::Relaxed);
+        Ok(())
+    };
+    let mut n = 0u64;
+    loop {
+        for v in values.iter_mut() {
+            v.clear();
+        }
+        if !source.next_sample(&mut values)? {
+            break;
+        }
+        let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+        if let Some(shard) = builder.write(&refs)? {
+            if failed.load(Ordering::Relaxed) {
+                return Err(stopped());
+            }
+            send(shard)?;
+        }
+        n += 1;
+        if n % 256 == 0 {
+            progress.samples.store(n, Ordering::Relaxed);
+            progress
+                .input_bytes
+                .store(source.consumed(), Ordering::Relaxed);
+        }
+    }
+    progress.samples.store(n, Ordering::Relaxed);
+    progress
+        .input_bytes
+        .store(source.consumed(), Ordering::Relaxed);
+    if let Some(shard) = builder.finish()? {
+        send(shard)?;
+    }
+    Ok(())
+}
+
+/// The local path of a `file://` URL or plain path; None for any other URL.
+pub fn local_path(arg: &str) -> Option<PathBuf> {
+    if let Some(rest) = arg.strip_prefix("file://") {
+        return Some(Path::new(rest).to_path_buf());
+    }
+    (!arg.contains("://")).then(|| PathBuf::from(arg))
+}

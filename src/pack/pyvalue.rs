@@ -1,0 +1,422 @@
+//! JSON values as Python's `json.loads` gives them, and back as `json.dumps` writes them.
+//!
+//! A pack must store exactly what a Python script that feeds `json.loads(line)` to `MDSWriter`
+//! stores, so this parser keeps what serde_json's `Value` would lose or change: object keys in
+//! file order (a repeated key keeps its first place and takes its last value, as a `dict`
+//! does), integers of any size as their decimal text (Python's `int` is unbounded), floats
+//! parsed with correct rounding (Rust's `f64::from_str`, the same float64 as Python's
+//! `float()`), and the `NaN`, `Infinity` and `-Infinity` literals Python accepts.
+//! [`dumps`] then writes `json.dumps(obj)`: separators `", "` and `": "`, `ensure_ascii`
+//! escapes, floats as `repr()`.
+
+use crate::mds::render::float::f64_text;
+
+/// A JSON value as Python holds it after `json.loads`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PyValue {
+    /// `None`.
+    Null,
+    /// `True` / `False`.
+    Bool(bool),
+    /// An `int`, as canonical decimal text (optional `-`, no leading zeros, never `-0`).
+    Int(String),
+    /// A `float`.
+    Float(f64),
+    /// A `str`.
+    Str(String),
+    /// A `list`.
+    List(Vec<PyValue>),
+    /// A `dict`, keys in insertion order.
+    Dict(Vec<(String, PyValue)>),
+}
+
+impl PyValue {
+    /// The Python type name, for error messages.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            PyValue::Null => "null",
+            PyValue::Bool(_) => "bool",
+            PyValue::Int(_) => "int",
+            PyValue::Float(_) => "float",
+            PyValue::Str(_) => "str",
+            PyValue::List(_) => "list",
+            PyValue::Dict(_) => "dict",
+        }
+    }
+}
+
+/// Why a text is not JSON, and the byte offset (within the text) where that was found.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonError {
+    /// Byte offset in the parsed text.
+    pub offset: usize,
+    /// What is wrong.
+    pub why: String,
+}
+
+impl std::fmt::Display for JsonError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} (column {})", self.why, self.offset + 1)
+    }
+}
+
+/// Nesting deeper than this is refused (Python's own limit is near 1000 through recursion).
+const MAX_DEPTH: usize = 512;
+
+/// Parses one JSON text (surrounding whitespace allowed), as `json.loads` does.
+pub fn loads(text: &[u8]) -> Result<PyValue, JsonError> {
+    let mut p = Parser { s: text, i: 0 };
+    p.ws();
+    let v = p.value(0)?;
+    p.ws();
+    if p.i != text.len() {
+        return Err(p.err("extra data after the JSON value"));
+    }
+    Ok(v)
+}
+
+struct Parser<'a> {
+    s: &'a [u8],
+    i: usize,
+}
+
+impl Parser<'_> {
+    fn err(&self, why: impl Into<String>) -> JsonError {
+        JsonError {
+            offset: self.i,
+            why: why.into(),
+        }
+    }
+
+    fn ws(&mut self) {
+        while let Some(b' ' | b'\t' | b'\n' | b'\r') = self.s.get(self.i) {
+            self.i += 1;
+        }
+    }
+
+    fn eat(&mut self, lit: &[u8]) -> bool {
+        if self.s[self.i..].starts_with(lit) {
+            self.i += lit.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn value(&mut self, depth: usize) -> Result<PyValue, JsonError> {
+        if depth > MAX_DEPTH {
+            return Err(self.err("nesting too deep"));
+        }
+        match self.s.get(self.i) {
+            None => Err(self.err("expecting a value, found the end")),
+            Some(b'{') => self.object(depth),
+            Some(b'[') => self.array(depth),
+            Some(b'"') => self.string().map(PyValue::Str),
+            Some(b'-' | b'0'..=b'9') => self.number(),
+            Some(_) => {
+                if self.eat(b"null") {
+                    Ok(PyValue::Null)
+                } else if self.eat(b"true") {
+                    Ok(PyValue::Bool(true))
+                } else if self.eat(b"false") {
+                    Ok(PyValue::Bool(false))
+                } else if self.eat(b"NaN") {
+                    Ok(PyValue::Float(f64::NAN))
+                } else if self.eat(b"Infinity") {
+                    Ok(PyValue::Float(f64::INFINITY))
+                } else {
+                    Err(self.err("expecting a value"))
+                }
+            }
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<PyValue, JsonError> {
+        self.i += 1;
+        let mut items: Vec<(String, PyValue)> = Vec::new();
+        self.ws();
+        if self.eat(b"}") {
+            return Ok(PyValue::Dict(items));
+        }
+        loop {
+            self.ws();
+            if self.s.get(self.i) != Some(&b'"') {
+                return Err(self.err("expecting a property name in double quotes"));
+            }
+            let key = self.string()?;
+            self.ws();
+            if !self.eat(b":") {
+                return Err(self.err("expecting ':' after a property name"));
+            }
+            self.ws();
+            let v = self.value(depth + 1)?;
+            // A dict keeps a repeated key's first position and its last value.
+            match items.iter_mut().find(|(k, _)| *k == key) {
+                Some(slot) => slot.1 = v,
+                None => items.push((key, v)),
+            }
+            self.ws();
+            if self.eat(b",") {
+                continue;
+            }
+            if self.eat(b"}") {
+                return Ok(PyValue::Dict(items));
+            }
+            return Err(self.err("expecting ',' or '}' in an object"));
+        }
+    }
+
+    fn array(&mut self, depth: usize) -> Result<PyValue, JsonError> {
+        self.i += 1;
+        let mut items = Vec::new();
+        self.ws();
+        if self.eat(b"]") {
+            return Ok(PyValue::List(items));
+        }
+        loop {
+            self.ws();
+            items.push(self.value(depth + 1)?);
+            self.ws();
+            if self.eat(b",") {
+                continue;
+            }
+            if self.eat(b"]") {
+                return Ok(PyValue::List(items));
+            }
+            return Err(self.err("expecting ',' or ']' in an array"));
+        }
+    }
+
+    fn hex4(&mut self) -> Result<u32, JsonError> {
+        let digits = self
+            .s
+            .get(self.i..self.i + 4)
+            .and_then(|d| std::str::from_utf8(d).ok())
+            .and_then(|d| u32::from_str_radix(d, 16).ok())
+            .ok_or_else(|| self.err("invalid \\u escape"))?;
+        self.i += 4;
+        Ok(digits)
+    }
+
+    fn string(&mut self) -> Result<String, JsonError> {
+        self.i += 1;
+        let mut out: Vec<u8> = Vec::new();
+        loop {
+            let start = self.i;
+            while let Some(&b) = self.s.get(self.i) {
+                if b == b'"' || b == b'\\' || b < 0x20 {
+                    break;
+                }
+                self.i += 1;
+            }
+            out.extend_from_slice(&self.s[start..self.i]);
+            match self.s.get(self.i) {
+                None => return Err(self.err("unterminated string")),
+                Some(b'"') => {
+                    self.i += 1;
+                    return String::from_utf8(out).map_err(|_| self.err("string is not UTF-8"));
+                }
+                Some(b'\\') => {
+                    self.i += 1;
+                    let Some(&e) = self.s.get(self.i) else {
+                        return Err(self.err("unterminated string"));
+                    };
+                    self.i += 1;
+                    let c = match e {
+                        b'"' => '"',
+                        b'\\' => '\\',
+                        b'/' => '/',
+                        b'b' => '\u{8}',
+                        b'f' => '\u{c}',
+                        b'n' => '\n',
+                        b'r' => '\r',
+                        b't' => '\t',
+                        b'u' => {
+                            let hi = self.hex4()?;
+                            let code = if (0xd800..0xdc00).contains(&hi) && self.eat(b"\\u") {
+                                let lo = self.hex4()?;
+                                if !(0xdc00..0xe000).contains(&lo) {
+                                    return Err(self.err(
+                                        "unpaired surrogate escape (Python keeps it; shardfs \
+                                         cannot store it as UTF-8)",
+                                    ));
+                                }
+                                0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00)
+                            } else {
+                                hi
+                            };
+                            char::from_u32(code).ok_or_else(|| {
+                                self.err(
+                                    "unpaired surrogate escape (Python keeps it; shardfs \
+                                     cannot store it as UTF-8)",
+                                )
+                            })?
+                        }
+                        _ => return Err(self.err("invalid escape")),
+                    };
+                    let mut buf = [0u8; 4];
+                    out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
+                }
+                Some(_) => return Err(self.err("control character in a string")),
+            }
+        }
+    }
+
+    fn number(&mut self) -> Result<PyValue, JsonError> {
+        let start = self.i;
+        let neg = self.eat(b"-");
+        if neg && self.eat(b"Infinity") {
+            return Ok(PyValue::Float(f64::NEG_INFINITY));
+        }
+        let digits = |p: &mut Self| {
+            let from = p.i;
+            while let Some(b'0'..=b'9') = p.s.get(p.i) {
+                p.i += 1;
+            }
+            p.i - from
+        };
+        let int_start = self.i;
+        match digits(self) {
+            0 => return Err(self.err("expecting a value")),
+            n if n > 1 && self.s[int_start] == b'0' => {
+                // Python parses `01` as `0` followed by extra data.
+                self.i = int_start + 1;
+                return Err(self.err("extra data after the JSON value"));
+            }
+            _ => {}
+        }
+        let mut is_float = false;
+        if self.s.get(self.i) == Some(&b'.') && matches!(self.s.get(self.i + 1), Some(b'0'..=b'9'))
+        {
+            self.i += 1;
+            digits(self);
+            is_float = true;
+        }
+        if let Some(b'e' | b'E') = self.s.get(self.i) {
+            let save = self.i;
+            self.i += 1;
+            if let Some(b'+' | b'-') = self.s.get(self.i) {
+                self.i += 1;
+            }
+            if digits(self) == 0 {
+                self.i = save;
+            } else {
+                is_float = true;
+            }
+        }
+        // The scanned text is ASCII digits and signs.
+        let text = std::str::from_utf8(&self.s[start..self.i]).unwrap_or("0");
+        if is_float {
+            let x: f64 = text.parse().map_err(|_| self.err("bad number"))?;
+            Ok(PyValue::Float(x))
+        } else {
+            let body = text.trim_start_matches('-');
+            if body.bytes().all(|b| b == b'0') {
+                Ok(PyValue::Int("0".into()))
+            } else {
+                Ok(PyValue::Int(text.to_string()))
+            }
+        }
+    }
+}
+
+/// `repr(x)` of a Python float, as `json.dumps` writes it (`NaN`, `Infinity`, `-Infinity`
+/// for the non-finite ones).
+pub fn float_repr(x: f64) -> String {
+    if x.is_nan() {
+        "NaN".into()
+    } else if x == f64::INFINITY {
+        "Infinity".into()
+    } else if x == f64::NEG_INFINITY {
+        "-Infinity".into()
+    } else {
+        f64_text(x)
+    }
+}
+
+/// `json.dumps(v)` with Python's defaults, appended to `out`.
+pub fn dumps(v: &PyValue, out: &mut String) {
+    match v {
+        PyValue::Null => out.push_str("null"),
+        PyValue::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
+        PyValue::Int(t) => out.push_str(t),
+        PyValue::Float(x) => out.push_str(&float_repr(*x)),
+        PyValue::Str(s) => escape(s, out),
+        PyValue::List(items) => {
+            out.push('[');
+            for (k, item) in items.iter().enumerate() {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                dumps(item, out);
+            }
+            out.push(']');
+        }
+        PyValue::Dict(items) => {
+            out.push('{');
+            for (k, (key, item)) in items.iter().enumerate() {
+                if k > 0 {
+                    out.push_str(", ");
+                }
+                escape(key, out);
+                out.push_str(": ");
+                dumps(item, out);
+            }
+            out.push('}');
+        }
+    }
+}
+
+/// A string as `json.dumps` writes it with `ensure_ascii`.
+fn escape(s: &str, out: &mut String) {
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            '\u{8}' => out.push_str("\\b"),
+            '\u{c}' => out.push_str("\\f"),
+            ' '..='~' => out.push(c),
+            c => {
+                let mut buf = [0u16; 2];
+                for unit in c.encode_utf16(&mut buf) {
+                    out.push_str(&format!("\\u{unit:04x}"));
+                }
+            }
+        }
+    }
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn round(text: &str) -> String {
+        let mut out = String::new();
+        dumps(&loads(text.as_bytes()).unwrap(), &mut out);
+        out
+    }
+
+    #[test]
+    fn python_dumps_of_loads() {
+        assert_eq!(
+            round(r#"{"b":1,"a":[1.0,-0,1e2,1E-7,12345678901234567890123],"b":"é😀\u0041"}"#),
+            r#"{"b": "\u00e9\ud83d\ude00A", "a": [1.0, 0, 100.0, 1e-07, 12345678901234567890123]}"#
+        );
+        assert_eq!(
+            round("[NaN, -Infinity, 0.1, 1e16]"),
+            "[NaN, -Infinity, 0.1, 1e+16]"
+        );
+    }
+
+    #[test]
+    fn refuses_what_python_refuses() {
+        for bad in ["", "{", "[1,]", "01", "{'a':1}", "\"\\x\"", "[1] 2", "tru"] {
+            assert!(loads(bad.as_bytes()).is_err(), "{bad:?}");
+        }
+    }
+}

@@ -1,0 +1,151 @@
+//! What every input format gives the packer: samples, one at a time, already encoded into
+//! the shard's columns; and the choice of format from `--format` or from what INPUT holds.
+
+use super::error::{PackError, Result};
+use std::path::{Path, PathBuf};
+
+/// One local input file and its size.
+#[derive(Debug, Clone)]
+pub struct InputFile {
+    /// Its path.
+    pub path: PathBuf,
+    /// Its size in bytes.
+    pub size: u64,
+}
+
+/// A reader of one input format.
+pub trait SampleSource: Send {
+    /// Encodes the next sample into `out` (one buffer per column, in the shard's sorted column
+    /// order, empty on entry). Returns false at the end of the input (or of this part).
+    fn next_sample(&mut self, out: &mut [Vec<u8>]) -> Result<bool>;
+    /// Input bytes read so far, for progress.
+    fn consumed(&self) -> u64;
+}
+
+/// The input formats `pack` reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    /// A folder per class of image files (torchvision's ImageFolder).
+    Imagefolder,
+    /// JSON Lines: one JSON object per line.
+    Jsonl,
+    /// Parquet files.
+    Parquet,
+    /// WebDataset tar shards.
+    Webdataset,
+}
+
+impl Format {
+    /// Every format, with the name `--format` takes.
+    pub const ALL: [(Format, &'static str); 4] = [
+        (Format::Imagefolder, "imagefolder"),
+        (Format::Jsonl, "jsonl"),
+        (Format::Parquet, "parquet"),
+        (Format::Webdataset, "webdataset"),
+    ];
+
+    /// The name `--format` takes.
+    pub fn name(self) -> &'static str {
+        Format::ALL
+            .iter()
+            .find(|(f, _)| *f == self)
+            .map_or("?", |(_, n)| n)
+    }
+}
+
+impl std::str::FromStr for Format {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Format, String> {
+        Format::ALL
+            .iter()
+            .find(|(_, n)| *n == s)
+            .map(|(f, _)| *f)
+            .ok_or_else(|| {
+                format!("unknown format {s:?} (imagefolder, jsonl, parquet, webdataset)")
+            })
+    }
+}
+
+/// The files of a folder (or the one file) whose names `keep` accepts, sorted by name.
+pub fn list_files(input: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<InputFile>> {
+    let meta = std::fs::metadata(input).map_err(|e| PackError::io(input.display(), e))?;
+    if meta.is_file() {
+        return Ok(vec![InputFile {
+            path: input.to_path_buf(),
+            size: meta.len(),
+        }]);
+    }
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(input).map_err(|e| PackError::io(input.display(), e))? {
+        let entry = entry.map_err(|e| PackError::io(input.display(), e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        let path = entry.path();
+        let meta = std::fs::metadata(&path).map_err(|e| PackError::io(path.display(), e))?;
+        if meta.is_file() && keep(&name) {
+            files.push(InputFile {
+                path,
+                size: meta.len(),
+            });
+        }
+    }
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    if files.is_empty() {
+        return Err(PackError::Options(format!(
+            "{}: no input file of this format",
+            input.display()
+        )));
+    }
+    Ok(files)
+}
+
+/// The format of a local INPUT when `--format` is not given: by a file's extension, or by
+/// what a folder holds (`.jsonl`/`.parquet`/`.tar` files, else sub-folders of images).
+pub fn detect(input: &Path) -> Result<Format> {
+    let by_name = |name: &str| {
+        if super::jsonl::is_jsonl_name(name) {
+            Some(Format::Jsonl)
+        } else if name.ends_with(".parquet") {
+            Some(Format::Parquet)
+        } else if name.ends_with(".tar") {
+            Some(Format::Webdataset)
+        } else {
+            None
+        }
+    };
+    let meta = std::fs::metadata(input).map_err(|e| PackError::io(input.display(), e))?;
+    if meta.is_file() {
+        let name = input.to_string_lossy();
+        return by_name(&name).ok_or_else(|| {
+            PackError::Options(format!(
+                "{}: cannot tell the format from the name; give --format",
+                input.display()
+            ))
+        });
+    }
+    let mut found = None;
+    let mut has_dirs = false;
+    for entry in std::fs::read_dir(input).map_err(|e| PackError::io(input.display(), e))? {
+        let entry = entry.map_err(|e| PackError::io(input.display(), e))?;
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if entry.path().is_dir() {
+            has_dirs = true;
+        } else if let Some(f) = by_name(&name) {
+            if found.is_some_and(|g| g != f) {
+                return Err(PackError::Options(format!(
+                    "{}: holds files of several formats; give --format",
+                    input.display()
+                )));
+            }
+            found = Some(f);
+        }
+    }
+    match (found, has_dirs) {
+        (Some(f), _) => Ok(f),
+        (None, true) => Ok(Format::Imagefolder),
+        (None, false) => Err(PackError::Options(format!(
+            "{}: cannot tell the format (no .jsonl, .parquet or .tar file, no class folder); \
+             give --format",
+            input.display()
+        ))),
+    }
+}
