@@ -5,7 +5,8 @@
 #   wheel  shardfs-VERSION-py3-none-manylinux_2_17_x86_64....whl  (pip install; puts `shardfs` on PATH)
 #   arm64  arm64/shardfs + shardfs-image-arm64.tar (the static aarch64 binary, cross-compiled,
 #          and image shardfs:VERSION-arm64 for arm64 nodes)
-# Usage: bash packaging/build.sh [deb] [image] [wheel] [arm64]   (no argument: all four)
+# Usage: bash packaging/build.sh [deb] [image] [wheel] [arm64]   (no argument: deb, image, wheel;
+#        arm64 only when asked for: the cross-build of every dependency takes minutes)
 #
 # All three carry one static binary (x86_64-unknown-linux-musl), built once into
 # ${SHARDFS_MUSL_TARGET_DIR:-target-musl}. The script installs what it needs and is missing
@@ -19,7 +20,7 @@ t0=$(date +%s)
 say() { printf '== [%s s] %s\n' "$(($(date +%s) - t0))" "$*" >&2; }
 
 want=("$@")
-[ ${#want[@]} -gt 0 ] || want=(deb image wheel arm64)
+[ ${#want[@]} -gt 0 ] || want=(deb image wheel)
 for w in "${want[@]}"; do
   case "$w" in deb|image|wheel|arm64) ;; *) echo "packaging/build.sh: unknown artifact '$w' (deb, image, wheel, arm64)" >&2; exit 2 ;; esac
 done
