@@ -156,7 +156,7 @@ impl CacheBudget {
                 .iter()
                 .fold(0u64, |sum, (_, _, size)| sum.saturating_add(*size));
             // Oldest last, so pop() takes it.
-            idle.sort_by(|a, b| b.1.cmp(&a.1));
+            idle.sort_by_key(|b| std::cmp::Reverse(b.1));
             while committed.saturating_add(limit).saturating_add(on_disk) > self.total {
                 let Some((dir, _, size)) = idle.pop() else {
                     break;
