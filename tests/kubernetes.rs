@@ -85,8 +85,8 @@ fn manifests_validate_and_their_volumes_are_accepted_by_the_plugin() {
             .unwrap_or_else(|e| panic!("{name}: {argv:?}: {e}"));
         let inline = args
             .iter()
-            .filter_map(|a| a.strip_prefix("--inline-volumes="))
-            .last();
+            .rev()
+            .find_map(|a| a.strip_prefix("--inline-volumes="));
         let host_cgroupfs = args.iter().any(|a| a.starts_with("--host-cgroupfs="));
         assert!(
             host_cgroupfs,
