@@ -3,7 +3,10 @@
 #   deb    shardfs_VERSION_amd64.deb        (apt-get install ./...; Depends: fuse3, ca-certificates)
 #   image  shardfs-image.tar                (OCI archive of image shardfs:VERSION; podman/docker load)
 #   wheel  shardfs-VERSION-py3-none-manylinux_2_17_x86_64....whl  (pip install; puts `shardfs` on PATH)
-# Usage: bash packaging/build.sh [deb] [image] [wheel]   (no argument: all three)
+#   arm64  arm64/shardfs + shardfs-image-arm64.tar (the static aarch64 binary, cross-compiled,
+#          and image shardfs:VERSION-arm64 for arm64 nodes)
+# Usage: bash packaging/build.sh [deb] [image] [wheel] [arm64]   (no argument: deb, image, wheel;
+#        arm64 only when asked for: the cross-build of every dependency takes minutes)
 #
 # All three carry one static binary (x86_64-unknown-linux-musl), built once into
 # ${SHARDFS_MUSL_TARGET_DIR:-target-musl}. The script installs what it needs and is missing
@@ -19,7 +22,7 @@ say() { printf '== [%s s] %s\n' "$(($(date +%s) - t0))" "$*" >&2; }
 want=("$@")
 [ ${#want[@]} -gt 0 ] || want=(deb image wheel)
 for w in "${want[@]}"; do
-  case "$w" in deb|image|wheel) ;; *) echo "packaging/build.sh: unknown artifact '$w' (deb, image, wheel)" >&2; exit 2 ;; esac
+  case "$w" in deb|image|wheel|arm64) ;; *) echo "packaging/build.sh: unknown artifact '$w' (deb, image, wheel, arm64)" >&2; exit 2 ;; esac
 done
 has() { local x; for x in "${want[@]}"; do [ "$x" = "$1" ] && return 0; done; return 1; }
 
@@ -39,17 +42,20 @@ apt_install() {
 }
 
 # --- the static binary -------------------------------------------------------------------------
-apt_install musl-tools
-grep -qx "$triple" <<<"$(rustup target list --installed 2>/dev/null)" || { say "rustup target add $triple"; rustup target add "$triple"; }
-export CARGO_TARGET_DIR=${SHARDFS_MUSL_TARGET_DIR:-$repo/target-musl}
-export CC_x86_64_unknown_linux_musl=musl-gcc
-# The packaged binary is stripped: skip the debug info the release profile keeps for profiling.
-export CARGO_PROFILE_RELEASE_DEBUG=0
-say "cargo build --release --target $triple"
-cargo build --locked --release --target "$triple"
-bin=$CARGO_TARGET_DIR/$triple/release/shardfs
-strip -o "$out/shardfs" "$bin"
-say "binary: $(stat -c %s "$out/shardfs") bytes, $(file -b "$out/shardfs" 2>/dev/null || echo static)"
+# (skipped when only arm64 is asked for)
+if has deb || has image || has wheel; then
+  apt_install musl-tools
+  grep -qx "$triple" <<<"$(rustup target list --installed 2>/dev/null)" || { say "rustup target add $triple"; rustup target add "$triple"; }
+  export CARGO_TARGET_DIR=${SHARDFS_MUSL_TARGET_DIR:-$repo/target-musl}
+  export CC_x86_64_unknown_linux_musl=musl-gcc
+  # The packaged binary is stripped: skip the debug info the release profile keeps for profiling.
+  export CARGO_PROFILE_RELEASE_DEBUG=0
+  say "cargo build --release --target $triple"
+  cargo build --locked --release --target "$triple"
+  bin=$CARGO_TARGET_DIR/$triple/release/shardfs
+  strip -o "$out/shardfs" "$bin"
+  say "binary: $(stat -c %s "$out/shardfs") bytes, $(file -b "$out/shardfs" 2>/dev/null || echo static)"
+fi
 
 # --- deb ------------------------------------------------------------------------------------------
 if has deb; then
@@ -81,19 +87,22 @@ if has deb; then
   say "deb: $deb ($(stat -c %s "$deb") bytes)"
 fi
 
-# --- OCI image --------------------------------------------------------------------------------------
-if has image; then
+# --- OCI images ------------------------------------------------------------------------------------
+# make_image BINARY ARCH TAG OUTPUT
+make_image() {
+  local binary=$1 arch=$2 img=$3 tar=$4
   apt_install buildah ca-certificates
-  img=shardfs:$version
-  ctr=$(buildah --storage-driver vfs from scratch)
+  local ctr
+  ctr=$(buildah --storage-driver vfs from --arch "$arch" scratch)
   trap 'buildah --storage-driver vfs rm "$ctr" >/dev/null 2>&1 || true' EXIT
   # The whole root filesystem: the binary, minimal /etc, and empty /mnt, /tmp and /data for
   # mountpoints and datasets (no shell, no libc: the binary is static). The binary checks
   # https endpoints against the system's CA bundle, looked for where Debian keeps it; an image
   # from scratch has none, so it carries the build host's (the ca-certificates package's
   # Mozilla roots). Without it every https store (S3, GCS, Azure) would be refused.
+  local rootfs
   rootfs=$(mktemp -d)
-  install -Dm0755 "$out/shardfs" "$rootfs/usr/bin/shardfs"
+  install -Dm0755 "$binary" "$rootfs/usr/bin/shardfs"
   mkdir -p "$rootfs/etc" "$rootfs/mnt" "$rootfs/data" "$rootfs/tmp" "$rootfs/var/cache/shardfs"
   chmod 1777 "$rootfs/tmp"
   printf 'root:x:0:0:root:/:/usr/bin/shardfs\n' >"$rootfs/etc/passwd"
@@ -102,6 +111,7 @@ if has image; then
   buildah --storage-driver vfs copy "$ctr" "$rootfs/" / >/dev/null
   rm -rf "$rootfs"
   buildah --storage-driver vfs config \
+    --arch "$arch" --os linux \
     --entrypoint '["/usr/bin/shardfs"]' --cmd '["--help"]' \
     --workingdir / \
     --label org.opencontainers.image.title=shardfs \
@@ -110,9 +120,32 @@ if has image; then
     "$ctr"
   buildah --storage-driver vfs commit -q "$ctr" "$img" >/dev/null
   buildah --storage-driver vfs rm "$ctr" >/dev/null; trap - EXIT
-  rm -f "$out/shardfs-image.tar"
-  buildah --storage-driver vfs push -q "$img" "oci-archive:$out/shardfs-image.tar:$img"
-  say "image: $out/shardfs-image.tar ($(stat -c %s "$out/shardfs-image.tar") bytes), $img"
+  rm -f "$tar"
+  buildah --storage-driver vfs push -q "$img" "oci-archive:$tar:$img"
+  say "image: $tar ($(stat -c %s "$tar") bytes), $img ($arch)"
+}
+if has image; then
+  make_image "$out/shardfs" amd64 "shardfs:$version" "$out/shardfs-image.tar"
+fi
+
+# --- arm64: the static aarch64 binary (cross-compiled) and its image -------------------------------
+if has arm64; then
+  a64=aarch64-unknown-linux-musl
+  export CARGO_TARGET_DIR=${SHARDFS_MUSL_TARGET_DIR:-$repo/target-musl}
+  export CARGO_PROFILE_RELEASE_DEBUG=0
+  apt_install gcc-aarch64-linux-gnu binutils-aarch64-linux-gnu
+  grep -qx "$a64" <<<"$(rustup target list --installed 2>/dev/null)" || { say "rustup target add $a64"; rustup target add "$a64"; }
+  # Rust's musl targets bring their own libc and start files; the cross gcc compiles the C
+  # parts of dependencies and links.
+  export CC_aarch64_unknown_linux_musl=aarch64-linux-gnu-gcc
+  export AR_aarch64_unknown_linux_musl=aarch64-linux-gnu-ar
+  export CARGO_TARGET_AARCH64_UNKNOWN_LINUX_MUSL_LINKER=aarch64-linux-gnu-gcc
+  say "cargo build --release --target $a64"
+  cargo build --locked --release --target "$a64"
+  mkdir -p "$out/arm64"
+  aarch64-linux-gnu-strip -o "$out/arm64/shardfs" "$CARGO_TARGET_DIR/$a64/release/shardfs"
+  say "arm64 binary: $(stat -c %s "$out/arm64/shardfs") bytes, $(file -b "$out/arm64/shardfs" 2>/dev/null || echo static)"
+  make_image "$out/arm64/shardfs" arm64 "shardfs:$version-arm64" "$out/shardfs-image-arm64.tar"
 fi
 
 # --- wheel --------------------------------------------------------------------------------------------

@@ -8,6 +8,8 @@
 #   image  podman loads the OCI archive and runs it with /dev/fuse: the container mounts the
 #          dataset, and the mount is read from inside the container; its CA bundle is there,
 #          and https from the container checks certificates against it.
+#   arm64  (with SHARDFS_PACKAGING_ARM64=1, which also builds it) the aarch64 binary is static
+#          and prints its --version under qemu-user; its image archive says arm64.
 # Needs root (dpkg, mount, podman). Prints each step's seconds. Usage: bash packaging/test.sh
 # (SHARDFS_PACKAGING_REUSE=1 skips the build when packaging/out already holds the artifacts).
 set -euo pipefail
@@ -21,11 +23,16 @@ fail() { echo "packaging/test.sh: FAILED: $*" >&2; exit 1; }
 [ "$(id -u)" -eq 0 ] || fail "needs root (dpkg -i, mount, podman)"
 export DEBIAN_FRONTEND=noninteractive
 
+arm64=${SHARDFS_PACKAGING_ARM64:-0}
 if [ "${SHARDFS_PACKAGING_REUSE:-0}" = 1 ] && ls "$out"/*.deb "$out"/*.whl "$out"/shardfs-image.tar >/dev/null 2>&1; then
   say "reusing packaging/out"
 else
   bash packaging/build.sh
   say "built every artifact"
+fi
+if [ "$arm64" = 1 ] && ! { [ "${SHARDFS_PACKAGING_REUSE:-0}" = 1 ] && [ -x "$out/arm64/shardfs" ]; }; then
+  bash packaging/build.sh arm64
+  say "built the arm64 binary and image"
 fi
 version=$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)
 
@@ -46,6 +53,20 @@ expected=$scratch/expected.txt
 # What sample 0's text column holds, straight from the dataset (no mount involved).
 "$out/shardfs" cat examples/tiny 0 --column text >"$expected"
 [ -s "$expected" ] || fail "shardfs cat gave nothing"
+
+# --- arm64 -----------------------------------------------------------------------------------------------
+if [ "$arm64" = 1 ]; then
+command -v qemu-aarch64-static >/dev/null 2>&1 || command -v qemu-aarch64 >/dev/null 2>&1 \
+  || apt-get install -y -qq qemu-user-static >/dev/null 2>&1 || { apt-get update -qq && apt-get install -y -qq qemu-user-static >/dev/null; }
+qemu=$(command -v qemu-aarch64-static || command -v qemu-aarch64)
+kind=$(file -b "$out/arm64/shardfs")
+grep -q "ARM aarch64" <<<"$kind" && grep -q "statically linked\|static-pie linked" <<<"$kind" || fail "the arm64 binary is not a static aarch64 executable: $kind"
+v=$("$qemu" "$out/arm64/shardfs" --version) || fail "the arm64 binary did not run under $qemu"
+grep -q "^shardfs $version (commit " <<<"$v" || fail "arm64 shardfs --version: $v"
+arch=$(tar -xOf "$out/shardfs-image-arm64.tar" index.json | python3 -c 'import json,sys; print(json.load(sys.stdin)["manifests"][0]["digest"].split(":")[1])' | xargs -I{} tar -xOf "$out/shardfs-image-arm64.tar" blobs/sha256/{} | python3 -c 'import json,sys; print(json.load(sys.stdin)["config"]["digest"].split(":")[1])' | xargs -I{} tar -xOf "$out/shardfs-image-arm64.tar" blobs/sha256/{} | python3 -c 'import json,sys; print(json.load(sys.stdin)["architecture"])')
+[ "$arch" = arm64 ] || fail "shardfs-image-arm64.tar has architecture '$arch'"
+say "arm64: static aarch64 binary ($(stat -c %s "$out/arm64/shardfs") bytes) runs under qemu-user: $v; image arch $arch"
+fi
 
 # --- deb ----------------------------------------------------------------------------------------------
 deb=$(ls "$out"/shardfs_"$version"_amd64.deb)

@@ -22,6 +22,10 @@ use crate::mount::bin;
 struct Plugin {
     child: Option<Child>,
     root: PathBuf,
+    /// Arguments added to `shardfs csi`.
+    extra: Vec<String>,
+    /// Environment variables added to `shardfs csi`.
+    env: Vec<(String, String)>,
     /// When set, the plugin runs in a cgroup of its own in every hierarchy, as in a container.
     container: Option<Container>,
     _dir: tempfile::TempDir,
@@ -35,6 +39,8 @@ struct Container {
     cgroups: Vec<PathBuf>,
     /// Passed to the plugin: daemons go to `HIERARCHY/NAME` (None: the plugin is not told).
     daemon_cgroup: Option<String>,
+    /// A network namespace of its own (a bind-mounted one, `ip netns`), as a pod has.
+    netns: Option<PathBuf>,
 }
 
 fn cgroup_hierarchies() -> Vec<PathBuf> {
@@ -74,6 +80,7 @@ impl Container {
         Container {
             cgroups,
             daemon_cgroup,
+            netns: None,
         }
     }
 
@@ -129,17 +136,30 @@ impl Plugin {
         Plugin::start_with(None)
     }
 
-    /// A plugin inside an emulated container; with `daemon_cgroup` it gets --host-cgroupfs.
-    fn start_in_container(daemon_cgroup: Option<String>) -> Plugin {
-        Plugin::start_with(Some(Container::new(daemon_cgroup)))
+    /// A plugin started with `args` added.
+    fn start_args(args: &[&str]) -> Plugin {
+        Plugin::start_full(None, args)
     }
 
     fn start_with(container: Option<Container>) -> Plugin {
+        Plugin::start_full(container, &[])
+    }
+
+    fn start_full(container: Option<Container>, args: &[&str]) -> Plugin {
+        Plugin::start_env(container, args, &[])
+    }
+
+    fn start_env(container: Option<Container>, args: &[&str], env: &[(&str, &str)]) -> Plugin {
         let dir = tempfile::tempdir().unwrap();
         let root = dir.path().to_path_buf();
         let mut p = Plugin {
             child: None,
             root,
+            extra: args.iter().map(|a| a.to_string()).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             container,
             _dir: dir,
         };
@@ -168,7 +188,9 @@ impl Plugin {
             .arg("60")
             .arg("--log-level")
             .arg("info")
+            .args(&self.extra)
             .env_remove("AWS_CA_BUNDLE")
+            .envs(self.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(
@@ -186,10 +208,15 @@ impl Plugin {
                     .arg("/sys/fs/cgroup")
                     .arg("--daemon-cgroup")
                     .arg(name)
-                    // PID 1 stands for the host in a cluster; here the test's namespace does.
+                    // PID 1 stands for the host in a cluster; here the test's namespaces do.
                     .arg("--host-cgroup-namespace")
                     .arg(format!("/proc/{}/ns/cgroup", std::process::id()));
+                if !self.extra.iter().any(|a| a == "--host-network-namespace") {
+                    cmd.arg("--host-network-namespace")
+                        .arg(format!("/proc/{}/ns/net", std::process::id()));
+                }
             }
+            let netns = c.netns.as_ref().map(|n| std::fs::File::open(n).unwrap());
             let procs: Vec<std::ffi::CString> = c
                 .cgroups
                 .iter()
@@ -207,6 +234,12 @@ impl Plugin {
                     }
                     if libc::unshare(libc::CLONE_NEWCGROUP) != 0 {
                         return Err(std::io::Error::last_os_error());
+                    }
+                    if let Some(ns) = &netns {
+                        use std::os::fd::AsRawFd;
+                        if libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
                     }
                     Ok(())
                 });
@@ -312,6 +345,8 @@ fn mount_cap() -> Option<VolumeCapability> {
     })
 }
 
+/// A PersistentVolume's publish, mounted at the target (its staging path names no staged
+/// mount, as when the PV uses the pod's own token); tests of staging set the staging path.
 fn publish(
     volume: &str,
     target: &Path,
@@ -320,11 +355,44 @@ fn publish(
     NodePublishVolumeRequest {
         volume_id: volume.into(),
         target_path: target.to_string_lossy().into(),
+        staging_target_path: format!(
+            "/var/lib/kubelet/plugins/kubernetes.io/csi/csi.shardfs.dev/{volume}/globalmount"
+        ),
         volume_capability: mount_cap(),
         readonly: false,
         volume_context: context,
         ..Default::default()
     }
+}
+
+/// An inline (ephemeral) volume's publish, as kubelet sends it: no staging path, and
+/// `csi.storage.k8s.io/ephemeral: "true"` among the pod's info.
+fn publish_inline(
+    volume: &str,
+    target: &Path,
+    mut context: HashMap<String, String>,
+) -> NodePublishVolumeRequest {
+    context.insert("csi.storage.k8s.io/ephemeral".into(), "true".into());
+    NodePublishVolumeRequest {
+        staging_target_path: String::new(),
+        ..publish(volume, target, context)
+    }
+}
+
+/// The arguments of the process with `pid`.
+fn cmdline(pid: u64) -> Vec<String> {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .map(|a| String::from_utf8_lossy(a).into_owned())
+        .collect()
+}
+
+/// The cache folders under the plugin's cache root.
+fn caches(p: &Plugin) -> Vec<PathBuf> {
+    std::fs::read_dir(p.root.join("cache"))
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default()
 }
 
 fn unpublish(volume: &str, target: &Path) -> NodeUnpublishVolumeRequest {
@@ -422,30 +490,53 @@ async fn csi_identity_capabilities_and_node_info() {
     assert_eq!(info.node_id, "node-a");
 }
 
+/// An inline volume on a node that allows those with their own credentials: it mounts the
+/// dataset from S3 (moto) with the pod's secret, answers repeated publishes, gets the default
+/// cacheLimit, and its cache goes with its unpublish.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn csi_inline_volume_publishes_reads_and_unpublishes_idempotently() {
-    let p = Plugin::start();
-    let mut node = p.node().await;
+    let moto = crate::common::moto::moto();
     let dataset = fixtures().join("mds/basic");
+    moto.upload_dir("csi-inline", "ds/basic", &dataset);
+    let p = Plugin::start_args(&[
+        "--inline-volumes",
+        "own-credentials",
+        "--inline-allow-host",
+        "127.0.0.1",
+        "--default-cache-limit",
+        "64MiB",
+    ]);
+    let mut node = p.node().await;
     let target = p.target("pod-1");
     let context = ctx(&[
-        ("source", dataset.to_str().unwrap()),
+        ("source", "s3://csi-inline/ds/basic"),
+        ("endpointUrl", &moto.endpoint),
+        ("region", "us-east-1"),
         ("shuffle", "true"),
         ("ranksPerNode", "2"),
-        ("csi.storage.k8s.io/ephemeral", "true"),
         ("csi.storage.k8s.io/pod.name", "train-0"),
     ]);
-    node.node_publish_volume(publish("vol-1", &target, context.clone()))
-        .await
-        .unwrap();
+    let secret = ctx(&[
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+    ]);
+    let mut req = publish_inline("vol-1", &target, context.clone());
+    req.secrets = secret.clone();
+    node.node_publish_volume(req.clone()).await.unwrap();
     assert!(is_mounted(&target));
     check_reads(&target, &dataset);
     assert!(target.join("rank-1/epoch-0").is_dir());
     let pid = daemon_pid(&target);
+    assert!(
+        cmdline(pid).contains(&format!("--cache-limit={}", 64u64 << 20)),
+        "the default cacheLimit: {:?}",
+        cmdline(pid)
+    );
+    let cache = caches(&p);
+    assert_eq!(cache.len(), 1, "{cache:?}");
+    assert!(cmdline(pid).contains(&cache[0].to_string_lossy().to_string()));
     // The same request again: success, nothing new mounted.
-    node.node_publish_volume(publish("vol-1", &target, context.clone()))
-        .await
-        .unwrap();
+    node.node_publish_volume(req.clone()).await.unwrap();
     assert_eq!(daemon_pid(&target), pid);
     // Volume stats and condition of the published path; NotFound elsewhere.
     let stats = node
@@ -469,23 +560,190 @@ async fn csi_inline_volume_publishes_reads_and_unpublishes_idempotently() {
         .unwrap_err();
     assert_eq!(e.code(), Code::NotFound, "{e:?}");
     // Other arguments at the same path: AlreadyExists.
-    let mut other = context.clone();
-    other.insert("shuffle".into(), "false".into());
-    let err = node
-        .node_publish_volume(publish("vol-1", &target, other))
-        .await
-        .unwrap_err();
+    let mut other = req.clone();
+    other
+        .volume_context
+        .insert("shuffle".into(), "false".into());
+    let err = node.node_publish_volume(other).await.unwrap_err();
     assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
-    // Unpublish: unmounted, the daemon gone, the target path removed; and again: success.
+    // Unpublish: unmounted, the daemon gone, the target path and the pod's cache removed;
+    // and again: success.
     node.node_unpublish_volume(unpublish("vol-1", &target))
         .await
         .unwrap();
     assert!(!is_mounted(&target));
     assert!(!target.exists(), "the target path stays behind");
     assert!(!alive(pid), "the daemon still runs");
+    assert!(
+        caches(&p).is_empty(),
+        "the inline volume's cache stays behind: {:?}",
+        caches(&p)
+    );
     node.node_unpublish_volume(unpublish("vol-1", &target))
         .await
         .unwrap();
+}
+
+/// Inline volumes are refused unless the operator allows them; then only with their own
+/// credentials, and never naming the node (a path, a port, a loopback or metadata address).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csi_inline_volumes_are_off_by_default_and_may_not_name_the_node() {
+    let dataset = fixtures().join("mds/basic");
+    let secret = ctx(&[
+        ("AWS_ACCESS_KEY_ID", "test"),
+        ("AWS_SECRET_ACCESS_KEY", "test"),
+    ]);
+    let s3 = || {
+        ctx(&[
+            ("source", "s3://bucket/ds"),
+            ("endpointUrl", "http://minio.storage.svc:9000"),
+        ])
+    };
+    let refused = |r: Result<tonic::Response<NodePublishVolumeResponse>, tonic::Status>,
+                   says: &str| {
+        let e = r.unwrap_err();
+        assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+        assert!(e.message().contains(says), "{says:?} not in {e:?}");
+    };
+    let p = Plugin::start();
+    let mut node = p.node().await;
+    let target = p.target("pod-inline");
+    let mut req = publish_inline("csi-abc", &target, s3());
+    req.secrets = secret.clone();
+    refused(node.node_publish_volume(req).await, "turned off");
+    // Also when kubelet passes no pod info: an empty staging path is an inline volume.
+    let mut req = publish_inline("csi-abc", &target, s3());
+    req.volume_context.remove("csi.storage.k8s.io/ephemeral");
+    refused(node.node_publish_volume(req).await, "turned off");
+    assert!(!is_mounted(&target) && caches(&p).is_empty());
+    drop(node);
+    drop(p);
+
+    let p = Plugin::start_args(&["--inline-volumes", "own-credentials"]);
+    let mut node = p.node().await;
+    refused(
+        node.node_publish_volume(publish_inline("csi-abc", &target, s3()))
+            .await,
+        "own credentials",
+    );
+    let with = |pairs: &[(&str, &str)]| {
+        let mut c = s3();
+        for (k, v) in pairs {
+            c.insert(k.to_string(), v.to_string());
+        }
+        let mut r = publish_inline("csi-abc", &p.target("pod-inline"), c);
+        r.secrets = secret.clone();
+        r
+    };
+    refused(
+        node.node_publish_volume(with(&[("source", dataset.to_str().unwrap())]))
+            .await,
+        "not a path of the node",
+    );
+    refused(
+        node.node_publish_volume(with(&[("metricsAddr", "0.0.0.0:9100")]))
+            .await,
+        "metrics-addr",
+    );
+    refused(
+        node.node_publish_volume(with(&[("resumeState", "/etc/shadow")]))
+            .await,
+        "resume-state",
+    );
+    for endpoint in [
+        "http://169.254.169.254",
+        "http://127.0.0.1:9000",
+        "http://localhost:9000",
+    ] {
+        refused(
+            node.node_publish_volume(with(&[("endpointUrl", endpoint)]))
+                .await,
+            "loopback and link-local",
+        );
+    }
+    assert!(caches(&p).is_empty());
+    // A PersistentVolume (an administrator's) may still name a folder of the node.
+    let pv_target = p.target("pod-pv");
+    node.node_publish_volume(publish(
+        "pv-local",
+        &pv_target,
+        ctx(&[("source", dataset.to_str().unwrap())]),
+    ))
+    .await
+    .unwrap();
+    check_reads(&pv_target, &dataset);
+    node.node_unpublish_volume(unpublish("pv-local", &pv_target))
+        .await
+        .unwrap();
+}
+
+/// The node's cache budget: volumes' cacheLimits add up to at most --cache-budget; a volume
+/// that does not fit is refused with ResourceExhausted until another is unstaged, and the
+/// caches no mounted volume uses are removed to make room.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csi_cache_limits_add_up_to_the_node_budget() {
+    let p = Plugin::start_args(&["--cache-budget", "1MiB", "--default-cache-limit", "100%"]);
+    let mut node = p.node().await;
+    let dataset = fixtures().join("mds/basic");
+    let stage = |pv: &str, limit: Option<&str>| {
+        let mut context = ctx(&[("source", dataset.to_str().unwrap())]);
+        if let Some(l) = limit {
+            context.insert("cacheLimit".into(), l.into());
+        }
+        NodeStageVolumeRequest {
+            volume_id: pv.into(),
+            staging_target_path: p.staging(pv).to_string_lossy().into(),
+            volume_capability: mount_cap(),
+            volume_context: context,
+            ..Default::default()
+        }
+    };
+    let unstage = |pv: &str| NodeUnstageVolumeRequest {
+        volume_id: pv.into(),
+        staging_target_path: p.staging(pv).to_string_lossy().into(),
+    };
+    node.node_stage_volume(stage("pv-a", Some("600KiB")))
+        .await
+        .unwrap();
+    // Read every sample, so pv-a's cache holds shards on disk.
+    check_reads(&p.staging("pv-a"), &dataset);
+    let e = node
+        .node_stage_volume(stage("pv-b", Some("600KiB")))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(e.message().contains("cache budget"), "{e:?}");
+    // Without a cacheLimit, a volume gets the default, which never exceeds the budget.
+    let e = node
+        .node_stage_volume(stage("pv-b", None))
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    assert!(!is_mounted(&p.staging("pv-b")));
+    node.node_unstage_volume(unstage("pv-a")).await.unwrap();
+    // pv-a's cache stays for a later mount of pv-a, but it is idle: pv-b's limit plus that
+    // cache exceed the budget, so it is removed to make room.
+    let idle = caches(&p);
+    assert_eq!(idle.len(), 1, "{idle:?}");
+    assert!(
+        shardfs::csi::cache_budget::disk_usage(&idle[0]) > 80 << 10,
+        "pv-a cached nothing"
+    );
+    node.node_stage_volume(stage("pv-b", Some("950KiB")))
+        .await
+        .unwrap();
+    assert!(!idle[0].exists(), "the idle cache of pv-a is still there");
+    let pid = daemon_pid(&p.staging("pv-b"));
+    assert!(cmdline(pid).contains(&"--cache-limit=950KiB".to_string()));
+    node.node_unstage_volume(unstage("pv-b")).await.unwrap();
+    node.node_stage_volume(stage("pv-c", None)).await.unwrap();
+    let pid = daemon_pid(&p.staging("pv-c"));
+    assert!(
+        cmdline(pid).contains(&format!("--cache-limit={}", 1u64 << 20)),
+        "{:?}",
+        cmdline(pid)
+    );
+    node.node_unstage_volume(unstage("pv-c")).await.unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -698,7 +956,45 @@ async fn csi_staged_volume_survives_a_stopped_plugin_container() {
     let context = ctx(&[("source", dataset.to_str().unwrap()), ("shuffle", "true")]);
     for escape in [true, false] {
         let daemons = escape.then(|| unique_name("daemons"));
-        let mut p = Plugin::start_in_container(daemons.clone());
+        // With the escape, limits on the daemons' cgroup: 1 GiB of memory, half a CPU share.
+        let limits: &[&str] = if escape {
+            &["--daemon-memory-max", "1GiB", "--daemon-cpu-weight", "50"]
+        } else {
+            &[]
+        };
+        let mut p = Plugin::start_full(Some(Container::new(daemons.clone())), limits);
+        if let Some(name) = &daemons {
+            let (mut memory, mut cpu) = (Vec::new(), Vec::new());
+            for h in cgroup_hierarchies() {
+                let dir = h.join(name);
+                for file in [
+                    "memory.max",
+                    "memory.limit_in_bytes",
+                    "cpu.weight",
+                    "cpu.shares",
+                ] {
+                    if let Ok(v) = std::fs::read_to_string(dir.join(file)) {
+                        let into = if file.starts_with("memory") {
+                            &mut memory
+                        } else {
+                            &mut cpu
+                        };
+                        into.push(format!("{file}={}", v.trim()));
+                    }
+                }
+            }
+            assert!(
+                memory == ["memory.max=1073741824"]
+                    || memory == ["memory.limit_in_bytes=1073741824"],
+                "{memory:?}: {}",
+                p.log()
+            );
+            assert!(
+                cpu == ["cpu.weight=50"] || cpu == ["cpu.shares=512"],
+                "{cpu:?}: {}",
+                p.log()
+            );
+        }
         let staging = p.staging("pv-ctr");
         let target = p.target("pod-ctr");
         let mut node = p.node().await;
@@ -832,4 +1128,416 @@ print("ok")
         "the Python client failed (grpcio is in the venv tests/run.sh prepares): {}",
         String::from_utf8_lossy(&out.stderr)
     );
+}
+
+/// A pod's network, as a CNI plugin makes it: a network namespace with a veth pair to the
+/// host, routed to the host; and an address on the host's loopback device where the store
+/// listens, which the host reaches directly and the pod through its veth. Deleting it (CNI
+/// DEL) removes the veth, so whatever is left in the namespace loses the store.
+struct PodNetwork {
+    netns: String,
+    host_veth: String,
+    store_ip: String,
+}
+
+fn ip(args: &[&str]) {
+    let out = Command::new("ip").args(args).output().unwrap_or_else(|e| {
+        panic!("the network test needs iproute2's `ip` (apt-get install iproute2): {e}")
+    });
+    assert!(
+        out.status.success(),
+        "ip {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+impl PodNetwork {
+    fn new() -> PodNetwork {
+        static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let id = (std::process::id() % 200) * 4 + n % 4;
+        let (a, b) = (id / 250, id % 250);
+        let net = PodNetwork {
+            netns: format!("shardfs-test-{}-{n}", std::process::id()),
+            host_veth: format!("sfh{}", id),
+            store_ip: format!("10.213.{a}.{}", b + 1),
+        };
+        let pod_veth = format!("sfc{id}");
+        let (host_ip, pod_ip) = (format!("10.214.{a}.{b}"), format!("10.215.{a}.{b}"));
+        ip(&["netns", "add", &net.netns]);
+        ip(&["addr", "add", &format!("{}/32", net.store_ip), "dev", "lo"]);
+        ip(&[
+            "link",
+            "add",
+            &net.host_veth,
+            "type",
+            "veth",
+            "peer",
+            "name",
+            &pod_veth,
+            "netns",
+            &net.netns,
+        ]);
+        ip(&[
+            "addr",
+            "add",
+            &format!("{host_ip}/32"),
+            "dev",
+            &net.host_veth,
+        ]);
+        ip(&["link", "set", &net.host_veth, "up"]);
+        ip(&[
+            "route",
+            "add",
+            &format!("{pod_ip}/32"),
+            "dev",
+            &net.host_veth,
+        ]);
+        let ns = |args: &[&str]| {
+            let mut all = vec!["-n", net.netns.as_str()];
+            all.extend_from_slice(args);
+            ip(&all);
+        };
+        ns(&["link", "set", "lo", "up"]);
+        ns(&["addr", "add", &format!("{pod_ip}/32"), "dev", &pod_veth]);
+        ns(&["link", "set", &pod_veth, "up"]);
+        ns(&["route", "add", &format!("{host_ip}/32"), "dev", &pod_veth]);
+        ns(&["route", "add", "default", "via", &host_ip, "dev", &pod_veth]);
+        net
+    }
+
+    fn path(&self) -> PathBuf {
+        PathBuf::from(format!("/run/netns/{}", self.netns))
+    }
+
+    /// What the CNI plugin does when the pod is deleted.
+    fn delete(&self) {
+        let _ = Command::new("ip")
+            .args(["link", "del", &self.host_veth])
+            .output();
+        let _ = Command::new("ip")
+            .args(["netns", "del", &self.netns])
+            .output();
+    }
+}
+
+impl Drop for PodNetwork {
+    fn drop(&mut self) {
+        self.delete();
+        let _ = Command::new("ip")
+            .args(["addr", "del", &format!("{}/32", self.store_ip), "dev", "lo"])
+            .output();
+    }
+}
+
+/// The plugin runs as a pod with a network of its own; its daemons start in the host's
+/// network namespace, so after the pod is deleted (its processes killed, its veth removed)
+/// the volume still reads shards it had not cached, from a store the host reaches. The
+/// control (daemons left in the pod's namespace) loses the store with the pod.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csi_daemons_keep_their_network_when_the_plugin_pod_is_deleted() {
+    let dataset = fixtures().join("mds/basic");
+    let shards: Vec<String> = (0..4).map(|i| format!("ds/shard.0000{i}.mds")).collect();
+    for escape in [true, false] {
+        let net = PodNetwork::new();
+        let store = shardfs_testkit::s3::FakeS3::start_at(
+            &net.store_ip,
+            shardfs_testkit::s3::EtagMode::Opaque,
+        );
+        store.put_dir("net", "ds", &dataset);
+        let daemons = unique_name("daemons");
+        let mut container = Container::new(Some(daemons.clone()));
+        container.netns = Some(net.path());
+        // The control names the plugin's own namespace as the "host's": daemons stay in it.
+        let own_ns = "/proc/self/ns/net";
+        let args: &[&str] = if escape {
+            &[]
+        } else {
+            &["--host-network-namespace", own_ns]
+        };
+        let mut p = Plugin::start_full(Some(container), args);
+        let mut node = p.node().await;
+        let target = p.target("pod-net");
+        let mut req = publish(
+            "pv-net",
+            &target,
+            ctx(&[
+                ("source", "s3://net/ds"),
+                ("endpointUrl", &store.endpoint),
+                ("region", "us-east-1"),
+                // Room for about one shard, so reading the whole epoch fetches again.
+                ("cacheLimit", "40KiB"),
+                ("memoryLimit", "64KiB"),
+                ("stallTimeout", "5"),
+            ]),
+        );
+        req.secrets = ctx(&[
+            ("AWS_ACCESS_KEY_ID", shardfs_testkit::s3::ACCESS_KEY),
+            ("AWS_SECRET_ACCESS_KEY", shardfs_testkit::s3::SECRET_KEY),
+        ]);
+        node.node_publish_volume(req).await.unwrap_or_else(|e| {
+            panic!("publish: {e:?}\n{}", p.log());
+        });
+        let pid = daemon_pid(&target);
+        let daemon_net = std::fs::read_link(format!("/proc/{pid}/ns/net")).unwrap();
+        let host_net = std::fs::read_link("/proc/self/ns/net").unwrap();
+        assert_eq!(daemon_net == host_net, escape, "{}", p.log());
+        drop(node);
+        // The pod is deleted: its processes killed, then its network torn down.
+        p.kill_group();
+        net.delete();
+        assert!(alive(pid));
+        let before: u64 = shards
+            .iter()
+            .map(|k| {
+                let s = store.seen(k);
+                s.gets + s.range_gets
+            })
+            .sum();
+        let mut read = 0usize;
+        let mut failed = None;
+        for epoch in ["epoch-0", "epoch-1"] {
+            for e in std::fs::read_dir(target.join("rank-0").join(epoch)).unwrap() {
+                match std::fs::read(e.unwrap().path()) {
+                    Ok(d) => read += d.len(),
+                    Err(e) => {
+                        failed = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        let after: u64 = shards
+            .iter()
+            .map(|k| {
+                let s = store.seen(k);
+                s.gets + s.range_gets
+            })
+            .sum();
+        if escape {
+            assert!(failed.is_none(), "{failed:?}: {}", p.log());
+            assert!(
+                after > before,
+                "no shard was fetched after the pod went ({before} GETs before, {after} after): the test proves nothing"
+            );
+            assert!(read > 0);
+            let mut node = {
+                let mut c = Container::new(Some(daemons.clone()));
+                c.netns = None;
+                drop(p.container.replace(c));
+                p.spawn();
+                p.node().await
+            };
+            node.node_unpublish_volume(unpublish("pv-net", &target))
+                .await
+                .unwrap();
+        } else {
+            let e = failed.expect("the control read every file without its network");
+            assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+            mounter_detach(&target);
+        }
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while alive(pid) && !escape {
+            // SAFETY: the control's daemon, started by this test's plugin.
+            unsafe { libc::kill(pid as i32, libc::SIGKILL) };
+            assert!(Instant::now() < deadline);
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        drop(p);
+        for h in cgroup_hierarchies() {
+            let _ = std::fs::remove_dir(h.join(&daemons));
+        }
+    }
+}
+
+fn mounter_detach(p: &Path) {
+    let c = std::ffi::CString::new(p.to_str().unwrap()).unwrap();
+    // SAFETY: a valid path string.
+    unsafe { libc::umount2(c.as_ptr(), libc::MNT_DETACH) };
+}
+
+/// moto's STS behind the TLS front of tests/kubernetes/sts_proxy.py, which records the tokens
+/// it is called with; stopped on drop.
+struct StsFront {
+    child: Child,
+    endpoint: String,
+    tokens: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl StsFront {
+    fn start(moto: &str) -> StsFront {
+        let dir = tempfile::tempdir().unwrap();
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+        let tokens = dir.path().join("tokens");
+        let port_file = dir.path().join("port");
+        let child = Command::new(crate::common::moto::python())
+            .arg(root.join("tests/kubernetes/sts_proxy.py"))
+            .arg(moto)
+            .arg(root.join("tests/tls"))
+            .arg(&tokens)
+            .arg(&port_file)
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(dir.path().join("log")).unwrap())
+            .spawn()
+            .unwrap();
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while !port_file.exists() {
+            assert!(
+                Instant::now() < deadline,
+                "the STS front did not start: {}",
+                std::fs::read_to_string(dir.path().join("log")).unwrap_or_default()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let port = std::fs::read_to_string(&port_file).unwrap();
+        StsFront {
+            child,
+            endpoint: format!("https://127.0.0.1:{}", port.trim()),
+            tokens,
+            _dir: dir,
+        }
+    }
+
+    /// The tokens STS was called with, in order.
+    fn tokens(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.tokens)
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_string)
+            .collect()
+    }
+}
+
+impl Drop for StsFront {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn environ(pid: u64) -> HashMap<String, String> {
+    std::fs::read(format!("/proc/{pid}/environ"))
+        .unwrap_or_default()
+        .split(|b| *b == 0)
+        .filter_map(|kv| {
+            let kv = String::from_utf8_lossy(kv);
+            kv.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// The tokens kubelet passes with `tokenRequests`.
+fn sa_tokens(token: &str) -> String {
+    serde_json::json!({
+        "sts.amazonaws.com": {"token": token, "expirationTimestamp": "2099-01-01T00:00:00Z"}
+    })
+    .to_string()
+}
+
+/// Per-pod identity: an inline volume with `authenticationSource: pod` mounts with the pod's
+/// service-account token exchanged at STS (moto, over TLS) for the role's credentials, none of
+/// the plugin's own credentials reach the daemon, and a republish with a new token makes the
+/// daemon's next STS call use the new token. A PV with the pod's identity is not staged: each
+/// pod gets its own mount.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn csi_pod_identity_uses_the_pods_token_and_its_refresh() {
+    let moto = crate::common::moto::moto();
+    let dataset = fixtures().join("mds/basic");
+    moto.upload_dir("csi-irsa", "ds/basic", &dataset);
+    let sts = StsFront::start(&moto.endpoint);
+    let ca = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/tls/ca.pem");
+    let p = Plugin::start_env(
+        None,
+        &[
+            "--inline-volumes",
+            "own-credentials",
+            "--inline-allow-host",
+            "127.0.0.1",
+        ],
+        &[
+            ("AWS_ENDPOINT_URL_STS", &sts.endpoint),
+            ("SSL_CERT_FILE", ca.to_str().unwrap()),
+            // The plugin's own identity, which the pod's volume must not get.
+            ("AWS_ACCESS_KEY_ID", "plugin-key"),
+            ("AWS_SECRET_ACCESS_KEY", "plugin-secret"),
+        ],
+    );
+    let mut node = p.node().await;
+    let target = p.target("pod-irsa");
+    let role = "arn:aws:iam::123456789012:role/dataset-reader";
+    let context = |token: &str| {
+        ctx(&[
+            ("source", "s3://csi-irsa/ds/basic"),
+            ("endpointUrl", &moto.endpoint),
+            ("region", "us-east-1"),
+            ("authenticationSource", "pod"),
+            ("awsRoleArn", role),
+            ("cacheLimit", "40KiB"),
+            ("memoryLimit", "64KiB"),
+            ("csi.storage.k8s.io/pod.name", "bert-worker-0"),
+            (
+                "csi.storage.k8s.io/serviceAccount.tokens",
+                &sa_tokens(token),
+            ),
+        ])
+    };
+    node.node_publish_volume(publish_inline("csi-irsa", &target, context("token-one")))
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}\n{}", p.log()));
+    check_reads(&target, &dataset);
+    assert_eq!(sts.tokens().first().map(String::as_str), Some("token-one"));
+    let pid = daemon_pid(&target);
+    let env = environ(pid);
+    assert_eq!(env.get("AWS_ROLE_ARN").map(String::as_str), Some(role));
+    assert!(!env.contains_key("AWS_ACCESS_KEY_ID"), "{env:?}");
+    assert!(!env.contains_key("AWS_SECRET_ACCESS_KEY"), "{env:?}");
+    let token_file = PathBuf::from(&env["AWS_WEB_IDENTITY_TOKEN_FILE"]);
+    assert_eq!(std::fs::read_to_string(&token_file).unwrap(), "token-one");
+    // kubelet republishes (requiresRepublish) with a fresh token: same mount, new token file.
+    node.node_publish_volume(publish_inline("csi-irsa", &target, context("token-two")))
+        .await
+        .unwrap();
+    assert_eq!(daemon_pid(&target), pid);
+    assert_eq!(std::fs::read_to_string(&token_file).unwrap(), "token-two");
+    // The credentials near expiry (the STS front says so), so the next fetch from the store
+    // exchanges the token again: the new one.
+    std::thread::sleep(Duration::from_millis(1500));
+    for epoch in ["epoch-0", "epoch-1"] {
+        for e in std::fs::read_dir(target.join("rank-0").join(epoch)).unwrap() {
+            std::fs::read(e.unwrap().path()).unwrap();
+        }
+    }
+    let seen = sts.tokens();
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("token-two"),
+        "STS calls: {seen:?}"
+    );
+    node.node_unpublish_volume(unpublish("csi-irsa", &target))
+        .await
+        .unwrap();
+    assert!(!token_file.exists(), "the pod's token stays on the node");
+    assert!(caches(&p).is_empty(), "{:?}", caches(&p));
+    // A PV with the pod's identity: stage mounts nothing; publish mounts per pod.
+    let staging = p.staging("pv-irsa");
+    node.node_stage_volume(NodeStageVolumeRequest {
+        volume_id: "pv-irsa".into(),
+        staging_target_path: staging.to_string_lossy().into(),
+        volume_capability: mount_cap(),
+        volume_context: context(""),
+        ..Default::default()
+    })
+    .await
+    .unwrap();
+    assert!(!is_mounted(&staging));
+    let mut req = publish("pv-irsa", &target, context("token-three"));
+    req.staging_target_path = staging.to_string_lossy().into();
+    node.node_publish_volume(req).await.unwrap();
+    assert!(is_mounted(&target));
+    assert_eq!(sts.tokens().last().map(String::as_str), Some("token-three"));
+    node.node_unpublish_volume(unpublish("pv-irsa", &target))
+        .await
+        .unwrap();
 }

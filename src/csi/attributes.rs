@@ -17,6 +17,9 @@ pub const NODE_RANK_OFFSET: &str = "nodeRankOffset";
 /// The pod's name, which kubelet passes when the CSIDriver has `podInfoOnMount: true`.
 pub const POD_NAME: &str = "csi.storage.k8s.io/pod.name";
 
+/// `"true"` for an inline (ephemeral) volume, which kubelet passes with `podInfoOnMount: true`.
+pub const EPHEMERAL: &str = "csi.storage.k8s.io/ephemeral";
+
 /// Options of `shardfs mount` that the plugin sets itself.
 pub const OWNED: &[&str] = &["cache-dir", "foreground", "allow-other", "help", "version"];
 
@@ -153,6 +156,8 @@ pub fn mount_request(
                 })?
             }
             _ if k.starts_with("csi.storage.k8s.io/") => {}
+            // Read by the pod-identity module.
+            _ if super::pod_identity::ATTRIBUTES.contains(&k.as_str()) => {}
             _ => add(k, Some(v.as_str()))?,
         }
     }

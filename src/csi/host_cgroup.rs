@@ -29,6 +29,9 @@ pub enum CgroupError {
     /// The cgroup name is not a plain relative path.
     #[error("daemon cgroup name {0:?} must be a relative path without '..'")]
     BadName(String),
+    /// A limit was asked for but no hierarchy has its controller.
+    #[error("--daemon-{0} is set but no cgroup hierarchy under the host's cgroup filesystem can hold that limit")]
+    NoController(&'static str),
     /// A file or folder of the cgroup filesystem could not be read or written.
     #[error("{what} {path}: {source}")]
     Io {
@@ -39,6 +42,80 @@ pub enum CgroupError {
         /// The OS error.
         source: std::io::Error,
     },
+}
+
+/// Limits set on the daemons' cgroup: together, every mount daemon of the node.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CgroupLimits {
+    /// `memory.max` (v2) / `memory.limit_in_bytes` (v1), in bytes.
+    pub memory_max: Option<u64>,
+    /// `cpu.weight` (v2, 1–10000, 100 is the default share) / `cpu.shares` (v1, scaled so
+    /// that 100 is 1024).
+    pub cpu_weight: Option<u64>,
+}
+
+/// Writes `value` to the first of `files` present in `dir` (the v2 name, then the v1 one);
+/// on v2, the controller is first enabled in the parent's `cgroup.subtree_control` when the
+/// parent offers it. Whether a file was written.
+fn write_limit(
+    hierarchy: &Path,
+    dir: &Path,
+    controller: &str,
+    v2: (&str, String),
+    v1: (&str, String),
+) -> Result<bool, CgroupError> {
+    let v2_file = dir.join(v2.0);
+    if !v2_file.exists() && !dir.join(v1.0).exists() {
+        let offered = std::fs::read_to_string(hierarchy.join("cgroup.controllers"))
+            .unwrap_or_default()
+            .split_whitespace()
+            .any(|c| c == controller);
+        if offered {
+            let control = hierarchy.join("cgroup.subtree_control");
+            std::fs::write(&control, format!("+{controller}"))
+                .map_err(io_err("cannot enable a controller in", &control))?;
+        }
+    }
+    for (file, value) in [(v2_file, v2.1), (dir.join(v1.0), v1.1)] {
+        if file.exists() {
+            std::fs::write(&file, value).map_err(io_err("cannot write", &file))?;
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// Sets `limits` on the daemon cgroup `dir` of one hierarchy: which limits were set.
+fn apply_limits(
+    hierarchy: &Path,
+    dir: &Path,
+    limits: &CgroupLimits,
+) -> Result<(bool, bool), CgroupError> {
+    let memory = match limits.memory_max {
+        Some(bytes) => write_limit(
+            hierarchy,
+            dir,
+            "memory",
+            ("memory.max", bytes.to_string()),
+            ("memory.limit_in_bytes", bytes.to_string()),
+        )?,
+        None => false,
+    };
+    let cpu = match limits.cpu_weight {
+        Some(w) => {
+            let weight = w.clamp(1, 10_000);
+            let shares = (weight * 1024 / 100).max(2);
+            write_limit(
+                hierarchy,
+                dir,
+                "cpu",
+                ("cpu.weight", weight.to_string()),
+                ("cpu.shares", shares.to_string()),
+            )?
+        }
+        None => false,
+    };
+    Ok((memory, cpu))
 }
 
 /// The host cgroup the mount daemons join, prepared once when the plugin starts.
@@ -130,8 +207,13 @@ fn inherit_cpuset(hierarchy: &Path, dir: &Path) -> Result<(), CgroupError> {
 impl DaemonCgroup {
     /// Creates `NAME` in every cgroup hierarchy mounted at or under `host_cgroupfs` and opens the
     /// host's cgroup namespace at `host_ns` (PID 1's with `hostPID: true`) when it differs from
-    /// the plugin's own.
-    pub fn prepare(host_cgroupfs: &Path, name: &str, host_ns: &Path) -> Result<Self, CgroupError> {
+    /// the plugin's own, and sets `limits` on it.
+    pub fn prepare(
+        host_cgroupfs: &Path,
+        name: &str,
+        host_ns: &Path,
+        limits: &CgroupLimits,
+    ) -> Result<Self, CgroupError> {
         let relative = Path::new(name);
         if name.is_empty()
             || !relative
@@ -149,10 +231,14 @@ impl DaemonCgroup {
         }
         let mut procs = Vec::new();
         let mut dirs = Vec::new();
+        let (mut memory_set, mut cpu_set) = (false, false);
         for hierarchy in hierarchies {
             let dir = hierarchy.join(name);
             std::fs::create_dir_all(&dir).map_err(io_err("cannot create", &dir))?;
             inherit_cpuset(&hierarchy, &dir)?;
+            let (m, c) = apply_limits(&hierarchy, &dir, limits)?;
+            memory_set |= m;
+            cpu_set |= c;
             let file = dir.join("cgroup.procs");
             let c = CString::new(file.as_os_str().as_bytes()).map_err(|_| CgroupError::Io {
                 what: "bad path",
@@ -161,6 +247,12 @@ impl DaemonCgroup {
             })?;
             procs.push(c);
             dirs.push(dir);
+        }
+        if limits.memory_max.is_some() && !memory_set {
+            return Err(CgroupError::NoController("memory-max"));
+        }
+        if limits.cpu_weight.is_some() && !cpu_set {
+            return Err(CgroupError::NoController("cpu-weight"));
         }
         let host_ns = open_foreign_namespace(host_ns)?;
         Ok(DaemonCgroup {

@@ -9,10 +9,14 @@
 
 pub mod attributes;
 mod authority;
+pub mod cache_budget;
 pub mod host_cgroup;
+pub mod host_network;
 pub mod identity;
+pub mod inline;
 pub mod mounter;
 pub mod node;
+pub mod pod_identity;
 pub mod state;
 
 /// The generated CSI v1 protocol types, clients and servers (from `proto/csi.proto`).
@@ -42,6 +46,9 @@ pub enum CsiError {
     /// The host cgroup for daemons could not be prepared.
     #[error("daemon cgroup: {0}")]
     Cgroup(#[from] host_cgroup::CgroupError),
+    /// The host's network namespace could not be opened.
+    #[error(transparent)]
+    Network(#[from] host_network::NetworkError),
     /// The plugin is PID 1 of its own PID namespace: its daemons would die with it.
     #[error("--host-cgroupfs is set but the plugin is PID 1 of its own PID namespace, so its mount daemons would die with the container: run the DaemonSet with hostPID: true")]
     PrivatePidNamespace,
@@ -78,6 +85,16 @@ pub struct CsiConfig {
     pub daemon_cgroup: String,
     /// The host's cgroup namespace (PID 1's with hostPID).
     pub host_cgroup_namespace: PathBuf,
+    /// The host's network namespace the daemons start in, with `host_cgroupfs` (PID 1's).
+    pub host_network_namespace: PathBuf,
+    /// Limits on the daemons' host cgroup.
+    pub daemon_limits: host_cgroup::CgroupLimits,
+    /// Which inline (ephemeral) volumes are allowed.
+    pub inline_policy: inline::InlinePolicy,
+    /// The node-wide budget of all caches under `cache_root`.
+    pub cache_budget: cache_budget::Amount,
+    /// The cacheLimit of a volume that gives none.
+    pub default_cache_limit: cache_budget::Amount,
 }
 
 /// The socket path of a `unix://` endpoint (`unix:///a/b` and `unix:/a/b`).
@@ -115,7 +132,7 @@ pub async fn serve(config: CsiConfig) -> Result<(), CsiError> {
         config.state_dir.display()
     )))?;
     readopt(&state);
-    let cgroup = match &config.host_cgroupfs {
+    let (cgroup, network) = match &config.host_cgroupfs {
         Some(root) => {
             if std::process::id() == 1 {
                 return Err(CsiError::PrivatePidNamespace);
@@ -124,15 +141,31 @@ pub async fn serve(config: CsiConfig) -> Result<(), CsiError> {
                 root,
                 &config.daemon_cgroup,
                 &config.host_cgroup_namespace,
+                &config.daemon_limits,
             )?;
-            tracing::info!(cgroups = ?cg.dirs(), "mount daemons start in the host cgroup, outside this container's");
-            Some(cg)
+            tracing::info!(cgroups = ?cg.dirs(), limits = ?config.daemon_limits, "mount daemons start in the host cgroup, outside this container's");
+            let net = host_network::HostNetwork::open(&config.host_network_namespace)?;
+            match &net {
+                Some(_) => tracing::info!(namespace = %config.host_network_namespace.display(), "mount daemons start in the host's network namespace, so they keep their network when this pod goes"),
+                None => tracing::info!("the plugin is in the host's network namespace (hostNetwork): so are its mount daemons"),
+            }
+            (Some(cg), net)
         }
         None => {
-            tracing::warn!("no --host-cgroupfs: mount daemons share this process's cgroup, so restarting the plugin's container stops them (fine outside a container)");
-            None
+            tracing::warn!("no --host-cgroupfs: mount daemons share this process's cgroup and network, so restarting the plugin's container stops them (fine outside a container)");
+            (None, None)
         }
     };
+    let disk = statvfs_size(&config.cache_root).map_err(io(format!(
+        "cannot read the size of the filesystem of {}",
+        config.cache_root.display()
+    )))?;
+    let budget = cache_budget::CacheBudget::new(
+        &config.cache_root,
+        config.cache_budget.bytes(disk),
+        config.default_cache_limit.bytes(disk),
+    );
+    tracing::info!(cache_root = %config.cache_root.display(), filesystem_bytes = disk, budget_bytes = budget.total, default_cache_limit = budget.default_limit, inline = ?config.inline_policy, "cache budget");
     let listener = tokio::net::UnixListener::bind(&socket)
         .map_err(io(format!("cannot listen on {}", socket.display())))?;
     let node = node::NodeService {
@@ -143,10 +176,14 @@ pub async fn serve(config: CsiConfig) -> Result<(), CsiError> {
             exe: config.exe.clone(),
             timeout: config.mount_timeout,
             cgroup,
+            network,
             runtime_dir: config.state_dir.join("daemons"),
         },
         state,
         locks: Default::default(),
+        inline_policy: config.inline_policy.clone(),
+        budget: Arc::new(budget),
+        tokens_dir: config.state_dir.clone(),
     };
     let identity = identity::IdentityService {
         driver_name: config.driver_name.clone(),
@@ -168,6 +205,20 @@ pub async fn serve(config: CsiConfig) -> Result<(), CsiError> {
         .await?;
     let _ = std::fs::remove_file(&socket);
     Ok(())
+}
+
+/// The size in bytes of the filesystem holding `dir`.
+fn statvfs_size(dir: &std::path::Path) -> std::io::Result<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+    // SAFETY: statvfs is plain data; c is a valid NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid path and out-pointer.
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok((st.f_blocks as u64).saturating_mul(st.f_frsize as u64))
 }
 
 /// Logs the volumes a previous plugin process left mounted: their daemons keep serving, and

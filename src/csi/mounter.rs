@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::host_cgroup::DaemonCgroup;
+use super::host_network::HostNetwork;
 
 /// The variable `shardfs mount`/`unmount` read for where daemon records live.
 const RUNTIME_DIR_ENV: &str = "SHARDFS_RUNTIME_DIR";
@@ -50,13 +51,16 @@ pub struct Mounter {
     pub timeout: Duration,
     /// The host cgroup daemons start in (None: the plugin's own).
     pub cgroup: Option<DaemonCgroup>,
+    /// The host network namespace daemons start in (None: the plugin's own).
+    pub network: Option<HostNetwork>,
     /// Where daemons record their pid and exit (`SHARDFS_RUNTIME_DIR`): in the state dir on
     /// the host, so a restarted plugin's `shardfs unmount` finds the records of the old one.
     pub runtime_dir: PathBuf,
 }
 
 impl Mounter {
-    /// `shardfs mount SOURCE TARGET --cache-dir CACHE --allow-other FLAGS…` with `env` added.
+    /// `shardfs mount SOURCE TARGET --cache-dir CACHE --allow-other FLAGS…` with `env` added
+    /// and the variables named in `scrub` removed.
     pub async fn mount(
         &self,
         source: &str,
@@ -64,8 +68,12 @@ impl Mounter {
         cache_dir: &Path,
         flags: &[String],
         env: &BTreeMap<String, String>,
+        scrub: &[&str],
     ) -> Result<(), MountError> {
         let mut cmd = tokio::process::Command::new(&self.exe);
+        for var in scrub {
+            cmd.env_remove(var);
+        }
         cmd.arg("mount")
             .arg(source)
             .arg(target)
@@ -88,6 +96,9 @@ impl Mounter {
         };
         if let Some(cg) = &self.cgroup {
             cg.apply(&mut cmd);
+        }
+        if let Some(net) = &self.network {
+            net.apply(&mut cmd);
         }
         let child = cmd.spawn().map_err(io(what))?;
         let out = match tokio::time::timeout(self.timeout, child.wait_with_output()).await {

@@ -14,7 +14,10 @@ use tokio::sync::Mutex;
 use tonic::{Request, Response, Status};
 
 use super::attributes::{self, MountRequest};
+use super::cache_budget::{self, CacheBudget};
+use super::inline::{self, InlinePolicy};
 use super::mounter::{self, MountError, Mounter};
+use super::pod_identity::{self, PodIdentity};
 use super::proto::node_server::Node;
 use super::proto::node_service_capability::{rpc, Rpc};
 use super::proto::volume_capability::AccessType;
@@ -36,6 +39,23 @@ pub struct NodeService {
     pub state: StateDir,
     /// One lock per path, so concurrent calls for the same path run one after the other.
     pub locks: Arc<std::sync::Mutex<HashMap<PathBuf, Arc<Mutex<()>>>>>,
+    /// Which inline (ephemeral) volumes are allowed.
+    pub inline_policy: InlinePolicy,
+    /// The node-wide budget of the caches under `cache_root`.
+    pub budget: Arc<CacheBudget>,
+    /// Pods' service-account tokens are written under this folder (the state dir).
+    pub tokens_dir: PathBuf,
+}
+
+/// How a volume is mounted by a daemon of its own.
+struct DaemonPlan {
+    /// What `shardfs mount` runs with.
+    req: MountRequest,
+    /// The mount serves one pod only (an inline volume, or a pod's own credentials): its cache
+    /// is its own and goes with its unpublish.
+    per_pod: bool,
+    /// The pod's credentials, written to the token file before the mount and at republish.
+    identity: Option<PodIdentity>,
 }
 
 fn required<'a>(value: &'a str, what: &str) -> Result<&'a str, Status> {
@@ -86,6 +106,16 @@ fn mount_status(e: MountError) -> Status {
     }
 }
 
+fn remove_cache(cache: &Path) {
+    match std::fs::remove_dir_all(cache) {
+        Ok(()) => tracing::info!(cache = %cache.display(), "removed the cache of a one-pod volume"),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            tracing::warn!(cache = %cache.display(), error = %e, "cannot remove a volume's cache")
+        }
+    }
+}
+
 fn state_status(e: std::io::Error) -> Status {
     Status::internal(format!("cannot record the mount in the state dir: {e}"))
 }
@@ -123,10 +153,81 @@ impl NodeService {
         m.lock_owned().await
     }
 
-    fn cache_dir(&self, volume_id: &str) -> PathBuf {
+    /// The cache folder of a volume shared by the node's pods, or of one pod's mount at `path`.
+    fn cache_dir(&self, volume_id: &str, per_pod: Option<&Path>) -> PathBuf {
         use sha2::{Digest, Sha256};
-        let key = hex::encode(&Sha256::digest(volume_id.as_bytes())[..12]);
-        self.cache_root.join(key)
+        let mut h = Sha256::new();
+        h.update(volume_id.as_bytes());
+        if let Some(path) = per_pod {
+            h.update([0]);
+            h.update(path.as_os_str().as_encoded_bytes());
+        }
+        self.cache_root.join(hex::encode(&h.finalize()[..12]))
+    }
+
+    /// The cache folders and limits of the volumes mounted now.
+    fn mounted_caches(&self) -> Vec<(PathBuf, u64)> {
+        self.state
+            .all()
+            .into_iter()
+            .filter(|r| r.kind == MountKind::Daemon)
+            .map(|r| {
+                r.cache
+                    .unwrap_or_else(|| (self.cache_dir(&r.volume_id, None), 0))
+            })
+            .collect()
+    }
+
+    /// `flags` with a `--cache-limit` (the plugin's default when the volume gives none), and
+    /// that limit in bytes.
+    fn with_cache_limit(&self, flags: &[String]) -> Result<(Vec<String>, u64), Status> {
+        let mut flags = flags.to_vec();
+        let given = flags
+            .iter()
+            .find_map(|f| f.strip_prefix("--cache-limit="))
+            .map(cache_budget::parse_size);
+        let limit = match given {
+            Some(Ok(l)) => l,
+            Some(Err(e)) => {
+                return Err(Status::invalid_argument(
+                    cache_budget::BudgetError::BadLimit(e).to_string(),
+                ))
+            }
+            None => {
+                let l = self.budget.default_limit;
+                flags.push(format!("--cache-limit={l}"));
+                l
+            }
+        };
+        Ok((flags, limit))
+    }
+
+    /// The plan of a volume mounted straight at `target` (not bound from a staged mount).
+    fn direct_plan(
+        &self,
+        target: &Path,
+        context: &HashMap<String, String>,
+        flags: &[String],
+        secrets: &HashMap<String, String>,
+        inline: bool,
+    ) -> Result<DaemonPlan, Status> {
+        let mut req = self.request(context, flags, secrets)?;
+        let identity = PodIdentity::from_context(context, secrets)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        if inline {
+            let own = identity.is_some() || !secrets.is_empty();
+            inline::check(&self.inline_policy, &req, own)
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        }
+        if let Some(id) = &identity {
+            req.env
+                .extend(id.env(&pod_identity::token_file(&self.tokens_dir, target)));
+        }
+        Ok(DaemonPlan {
+            req,
+            per_pod: inline || identity.is_some(),
+            identity,
+        })
     }
 
     fn request(
@@ -139,15 +240,18 @@ impl NodeService {
             .map_err(|e| Status::invalid_argument(e.to_string()))
     }
 
-    /// Mounts `req` at `path` with a daemon unless the same request is mounted there already.
+    /// Mounts `plan` at `path` with a daemon unless the same request is mounted there already
+    /// (then only a pod's refreshed token is written).
     async fn ensure_daemon(
         &self,
         volume_id: &str,
         path: &Path,
-        req: &MountRequest,
+        plan: &DaemonPlan,
     ) -> Result<(), Status> {
+        let req = &plan.req;
         let digest = req.digest();
-        if let Some(rec) = self.state.get(path) {
+        let existing = self.state.get(path);
+        if let Some(rec) = &existing {
             if rec.volume_id != volume_id || rec.digest != digest {
                 return Err(Status::already_exists(format!(
                     "{} already holds volume {} mounted with other arguments",
@@ -155,6 +259,18 @@ impl NodeService {
                     rec.volume_id
                 )));
             }
+        }
+        if let Some(id) = &plan.identity {
+            // At every publish: kubelet republishes (requiresRepublish) with a fresh token.
+            let file = pod_identity::token_file(&self.tokens_dir, path);
+            id.write_token(&file).map_err(|e| {
+                Status::internal(format!(
+                    "cannot write the pod's token to {}: {e}",
+                    file.display()
+                ))
+            })?;
+        }
+        if existing.is_some() {
             if mounter::is_mountpoint(path) && mounter::answers(path) {
                 return Ok(());
             }
@@ -171,18 +287,41 @@ impl NodeService {
         }
         std::fs::create_dir_all(path)
             .map_err(|e| Status::internal(format!("cannot create {}: {e}", path.display())))?;
-        let cache = self.cache_dir(volume_id);
-        self.mounter
-            .mount(&req.source, path, &cache, &req.flags, &req.env)
+        let cache = self.cache_dir(volume_id, plan.per_pod.then_some(path));
+        let (flags, limit) = self.with_cache_limit(&req.flags)?;
+        let mounted: Vec<(PathBuf, u64)> = self
+            .mounted_caches()
+            .into_iter()
+            .filter(|(dir, _)| existing.is_none() || dir != &cache)
+            .collect();
+        let _admission = self
+            .budget
+            .admit(&cache, limit, &mounted)
+            .map_err(|e| Status::resource_exhausted(e.to_string()))?;
+        let scrub = if plan.identity.is_some() {
+            pod_identity::plugin_credential_vars()
+        } else {
+            &[]
+        };
+        if let Err(e) = self
+            .mounter
+            .mount(&req.source, path, &cache, &flags, &req.env, scrub)
             .await
-            .map_err(mount_status)?;
-        tracing::info!(volume = volume_id, path = %path.display(), source = %req.source, "mounted");
+        {
+            if plan.per_pod {
+                remove_cache(&cache);
+            }
+            return Err(mount_status(e));
+        }
+        tracing::info!(volume = volume_id, path = %path.display(), source = %req.source, cache_limit = limit, per_pod = plan.per_pod, "mounted");
         self.state
             .put(&Record {
                 volume_id: volume_id.to_string(),
                 path: path.to_path_buf(),
                 kind: MountKind::Daemon,
                 digest,
+                inline: plan.per_pod,
+                cache: Some((cache, limit)),
             })
             .map_err(state_status)
     }
@@ -203,6 +342,22 @@ impl NodeService {
             }
             _ => {}
         }
+        if let Some(rec) = &rec {
+            if rec.inline {
+                // One pod's cache: nobody mounts it again.
+                if let Some((cache, _)) = &rec.cache {
+                    remove_cache(cache);
+                }
+            }
+        }
+        if let Some(tokens) = pod_identity::token_file(&self.tokens_dir, path).parent() {
+            match std::fs::remove_dir_all(tokens) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    tracing::warn!(folder = %tokens.display(), error = %e, "cannot remove the pod's token")
+                }
+                _ => {}
+            }
+        }
         self.state.remove(path).map_err(state_status)
     }
 }
@@ -221,8 +376,24 @@ impl Node for NodeService {
         )?;
         let flags = mount_flags(r.volume_capability.as_ref())?;
         let req = self.request(&r.volume_context, &flags, &r.secrets)?;
+        if r.volume_context
+            .get(pod_identity::AUTHENTICATION_SOURCE)
+            .is_some_and(|s| s.trim() == "pod")
+        {
+            // Each pod brings its own token at publish: every pod gets a mount of its own.
+            tracing::info!(
+                volume = volume_id,
+                "authenticationSource is pod: not staged, each publish mounts with the pod's token"
+            );
+            return Ok(Response::new(NodeStageVolumeResponse {}));
+        }
         let _guard = self.lock(&staging).await;
-        self.ensure_daemon(volume_id, &staging, &req).await?;
+        let plan = DaemonPlan {
+            req,
+            per_pod: false,
+            identity: None,
+        };
+        self.ensure_daemon(volume_id, &staging, &plan).await?;
         Ok(Response::new(NodeStageVolumeResponse {}))
     }
 
@@ -285,13 +456,21 @@ impl Node for NodeService {
                         path: target.clone(),
                         kind: MountKind::Bind { from },
                         digest,
+                        inline: false,
+                        cache: None,
                     })
                     .map_err(state_status)?;
             }
             None => {
-                // An inline volume (or a plugin without staging): mount the dataset right here.
-                let req = self.request(&r.volume_context, &flags, &r.secrets)?;
-                self.ensure_daemon(volume_id, &target, &req).await?;
+                // An inline volume, a volume mounted with the pod's own token (never staged),
+                // or one whose staging is gone: mount the dataset right here.
+                let inline = r.staging_target_path.is_empty()
+                    || r.volume_context
+                        .get(attributes::EPHEMERAL)
+                        .is_some_and(|v| v == "true");
+                let plan =
+                    self.direct_plan(&target, &r.volume_context, &flags, &r.secrets, inline)?;
+                self.ensure_daemon(volume_id, &target, &plan).await?;
             }
         }
         Ok(Response::new(NodePublishVolumeResponse {}))

@@ -31,6 +31,12 @@ pub struct Record {
     /// Digest of the request that made it (attributes, flags, secret), to detect a different
     /// request at the same path.
     pub digest: String,
+    /// An inline (ephemeral) volume: its cache goes with its unpublish.
+    #[serde(default)]
+    pub inline: bool,
+    /// A daemon's cache folder and its limit in bytes (counted in the node's cache budget).
+    #[serde(default)]
+    pub cache: Option<(PathBuf, u64)>,
 }
 
 /// The records on disk.

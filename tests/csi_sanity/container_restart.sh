@@ -54,10 +54,10 @@ staging=$kubelet/plugins/kubernetes.io/csi/csi.shardfs.dev/pv-1/globalmount
 target=$kubelet/pods/pod-1/volumes/kubernetes.io~csi/train/mount
 mkdir -p "$staging"
 sock=$kubelet/plugins/csi.shardfs.dev/csi.sock
-# This sandbox hides PID 1's namespaces; in a cluster the default (/proc/1/ns/cgroup) is right.
+# This sandbox hides PID 1's namespaces; in a cluster the defaults (/proc/1/ns/…) are right.
 hostns=/proc/$$/ns/cgroup
 
-escape=(--host-cgroupfs /host/sys/fs/cgroup --host-cgroup-namespace "$hostns")
+escape=(--host-cgroupfs /host/sys/fs/cgroup --host-cgroup-namespace "$hostns" --host-network-namespace "/proc/$$/ns/net")
 [ "${CONTROL:-0}" = 1 ] && escape=()
 start_plugin() { # NAME
   rm -f "$sock"

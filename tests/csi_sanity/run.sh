@@ -6,6 +6,7 @@
 #   git clone -b v5.2.0 https://github.com/kubernetes-csi/csi-test && cd csi-test &&
 #   go build -mod=vendor -o /tmp/csi-sanity ./cmd/csi-sanity      # Debian's Go 1.19 works
 # Usage: bash tests/csi_sanity/run.sh /path/to/csi-sanity [extra csi-sanity flags]   (as root)
+# SHARDFS_BIN=target/release/shardfs uses that binary instead of building a debug one.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 sanity=${1:?usage: run.sh /path/to/csi-sanity}
@@ -15,7 +16,11 @@ if [ ! -x "$venv/bin/python" ] || ! "$venv/bin/python" -c 'import grpc, grpc_too
   python3 -m venv "$venv"
   "$venv/bin/pip" install -q grpcio grpcio-tools
 fi
-cargo build --locked -q
+bin=${SHARDFS_BIN:-}
+if [ -z "$bin" ]; then
+  cargo build --locked -q
+  bin=target/debug/shardfs
+fi
 work=$(mktemp -d /tmp/shardfs-csi-sanity.XXXXXX)
 pids=()
 cleanup() {
@@ -26,7 +31,7 @@ cleanup() {
 }
 trap cleanup EXIT
 # The node plugin, advertising the (stub) controller service only for this run.
-target/debug/shardfs csi --endpoint "unix://$work/node.sock" --node-id sanity-node \
+"$bin" csi --endpoint "unix://$work/node.sock" --node-id sanity-node \
   --cache-root "$work/cache" --state-dir "$work/state" --advertise-controller-service \
   --log-level info 2>"$work/plugin.log" &
 pids+=($!)

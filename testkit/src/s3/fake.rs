@@ -35,6 +35,12 @@ impl FakeS3 {
 
     /// Starts a server with no objects, ETags of kind `etags` and no random faults.
     pub fn start_with(etags: EtagMode) -> FakeS3 {
+        Self::start_at("127.0.0.1", etags)
+    }
+
+    /// Starts a server listening on `ip` (an address of a loopback device) at a free port.
+    pub fn start_at(ip: &str, etags: EtagMode) -> FakeS3 {
+        let ip = ip.to_string();
         let no_faults = Arc::new(Faults::new(0.0, Vec::new(), Default::default(), 0));
         let buckets = Arc::new(Buckets::new(Arc::new(Stats::default()), etags, no_faults));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -46,14 +52,17 @@ impl FakeS3 {
                 .build()
                 .unwrap();
             rt.block_on(async move {
-                let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-                tx.send(listener.local_addr().unwrap().port()).unwrap();
+                let listener = tokio::net::TcpListener::bind((ip.as_str(), 0))
+                    .await
+                    .unwrap();
+                let addr = listener.local_addr().unwrap();
+                tx.send((addr.ip(), addr.port())).unwrap();
                 serve(listener, served, ACCESS_KEY, SECRET_KEY, Link::default()).await;
             });
         });
-        let port = rx.recv().expect("the S3 server did not start");
+        let (ip, port) = rx.recv().expect("the S3 server did not start");
         FakeS3 {
-            endpoint: format!("http://127.0.0.1:{port}"),
+            endpoint: format!("http://{ip}:{port}"),
             buckets,
         }
     }
