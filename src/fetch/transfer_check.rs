@@ -3,6 +3,7 @@
 //! plain or multipart (then at which part size), else the checksum S3 keeps of the object,
 //! asked for only when the ETag settles nothing (SSE-KMS, SSE-C, an unusual part size).
 
+use super::error::Rejected;
 use super::etag_digest::Streamed;
 use super::Fetcher;
 use crate::store::{self, ObjectKey};
@@ -64,7 +65,7 @@ impl Fetcher {
         sums: &TransferSums,
         previous: Option<&mut Option<[u8; 16]>>,
         asked: &AskedChecksums<'_>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Rejected> {
         use std::sync::atomic::Ordering::Relaxed;
         let strict = previous.is_none();
         // Two downloads agree: taken only when this dataset's ETags have never been MD5s.
@@ -79,7 +80,7 @@ impl Fetcher {
         // Checksums from the store's headers (GCS, Azure, full-object S3 CRC32C) are
         // always of the object: a mismatch is damage, never a different scheme.
         if !sums.store.is_empty() {
-            return sums.store.check(bytes).map_err(|e| e.to_string());
+            return Ok(sums.store.check(bytes)?);
         }
         if let Some(want) = sums.md5 {
             let got: [u8; 16] = sums
@@ -97,11 +98,7 @@ impl Fetcher {
                 tracing::info!(shard, url = %url, "the ETag is not an MD5 of the object (SSE-KMS or SSE-C?); two downloads agree, using them");
                 return Ok(());
             }
-            return Err(format!(
-                "MD5 {} differs from the store's ETag {}",
-                hex::encode(got),
-                hex::encode(want)
-            ));
+            return Err(Rejected::EtagMd5 { got, want });
         }
         if let Some((want, parts)) = sums.multipart_md5 {
             let learned = self.part_size.load(Relaxed);
@@ -129,10 +126,7 @@ impl Fetcher {
                 tracing::info!(shard, url = %url, "the multipart ETag matches no usual part size; two downloads agree, using them");
                 return Ok(());
             }
-            return Err(format!(
-                "the bytes match the store's multipart ETag {}-{parts} for no usual part size",
-                hex::encode(want)
-            ));
+            return Err(Rejected::MultipartEtag { want, parts });
         }
         // No ETag that could be an MD5 (another S3-compatible store's): the size and header
         // checks that follow, and the store's checksum when it keeps one.
@@ -224,19 +218,19 @@ impl<'a> AskedChecksums<'a> {
 
     /// The bytes checked against the store's checksum, `None` when it gives none (or when
     /// this store never has, after [`CHECKSUM_ASKS_WITHOUT_ANSWER`] tries).
-    fn check(&self, bytes: &[u8]) -> Option<Result<(), String>> {
+    fn check(&self, bytes: &[u8]) -> Option<Result<(), Rejected>> {
         let answered = *self.answer.lock().unwrap_or_else(|p| p.into_inner());
         let sums = match answered {
             Some(sums) => sums,
             None if self.worth_asking() => self.get(),
             None => return None,
         };
-        (!sums.is_empty()).then(|| sums.check(bytes).map_err(|e| e.to_string()))
+        (!sums.is_empty()).then(|| sums.check(bytes).map_err(Rejected::from))
     }
 
     /// [`Self::check`] for a download whose MD5 differs from its ETag: only while this
     /// dataset's ETags have never been MD5s (once one matched, a mismatch is damage).
-    fn check_unless_etags_are_md5(&self, bytes: &[u8]) -> Option<Result<(), String>> {
+    fn check_unless_etags_are_md5(&self, bytes: &[u8]) -> Option<Result<(), Rejected>> {
         if self
             .dataset
             .etags_are_md5

@@ -3,6 +3,7 @@
 //! repaired part by part when a download in parts fails its check, decompressed, and its
 //! header checked against the index.
 
+use super::error::Rejected;
 use super::etag_digest::{EtagDigest, Streamed};
 use super::ranged::check_header;
 use super::transfer_check::{AskedChecksums, TransferSums};
@@ -10,6 +11,7 @@ use super::{add, FetchError, Fetcher};
 use crate::mds::{self, FileRef, ShardEntry};
 use crate::store::{self, ObjectKey, StoreError};
 use bytes::Bytes;
+use std::sync::Arc;
 
 /// Memory a download in parts lands in, handed over by the caller (the cache's download
 /// budget), which gets it back when the last user of the shard's bytes lets go.
@@ -58,7 +60,7 @@ impl Fetcher {
         let key = ObjectKey::new(stored.basename.clone())?;
         let url = self.store.url_of(&key);
         let check = cheapest_hash(stored);
-        let mut last = String::new();
+        let mut last: Option<Rejected> = None;
         // With no hash in index.json, the store's checksum headers (GCS x-goog-hash, Azure
         // Content-MD5), else the store's MD5 (an S3 ETag) check the transfer. An
         // ETag that is not an MD5 (SSE-KMS, SSE-C) looks the same: then the checksum S3 keeps
@@ -79,9 +81,9 @@ impl Fetcher {
         let in_parts = self.fetch_part_size > 0
             && stored.bytes > self.fetch_part_size
             && (!check.hashes.is_empty() || self.is_s3());
-        let failed = |attempt: u32, reason: &str| {
+        let failed = |attempt: u32, reason: &Rejected| {
             add(&self.counters.verify_failures, 1);
-            tracing::warn!(shard, url = %url, attempt, reason, "downloaded shard failed verification");
+            tracing::warn!(shard, url = %url, attempt, %reason, "downloaded shard failed verification");
         };
         // The last download in parts that failed its check, kept to be repaired.
         let mut held: Option<(B, store::EtagMd5s)> = None;
@@ -102,8 +104,9 @@ impl Fetcher {
                 Ok(d) => d,
                 // Rewritten while we read it: like damage, worth another download.
                 Err(e @ StoreError::Changed { .. }) => {
-                    last = e.to_string();
-                    failed(attempt, &last);
+                    let reason = Rejected::from(e);
+                    failed(attempt, &reason);
+                    last = Some(reason);
                     continue;
                 }
                 Err(e) => return Err(e.into()),
@@ -128,10 +131,12 @@ impl Fetcher {
             } else {
                 Ok(())
             }
-            .and_then(|()| mds::verify_hashes(&check, &download).map_err(|e| e.to_string()));
+            .and_then(|()| {
+                mds::verify_hashes(&check, &download).map_err(|e| Rejected::Hash(Arc::new(e)))
+            });
             if let Err(reason) = stored_ok {
-                last = reason;
-                failed(attempt, &last);
+                failed(attempt, &reason);
+                last = Some(reason);
                 if let Download::Parts(whole, tag, _, _) = download {
                     held = Some((whole, tag));
                 }
@@ -144,8 +149,8 @@ impl Fetcher {
                     .map(|_| raw)
                     .map_err(|e| match e {
                         // The shard and URL are named once, by the error returned below.
-                        FetchError::Corrupt { reason, .. } => reason,
-                        other => other.to_string(),
+                        FetchError::Corrupt { reason, .. } => Rejected::Header(reason),
+                        other => Rejected::Header(other.to_string()),
                     })
             });
             match outcome {
@@ -158,10 +163,13 @@ impl Fetcher {
                     );
                     return Ok((raw, staged));
                 }
-                Err(reason) => last = reason,
+                Err(reason) => {
+                    failed(attempt, &reason);
+                    last = Some(reason);
+                }
             }
-            failed(attempt, &last);
         }
+        let last = last.map_or_else(String::new, |r| r.to_string());
         Err(FetchError::Corrupt {
             shard,
             file: url,
@@ -362,12 +370,12 @@ impl<B: PartBuffer, S> std::ops::Deref for Download<B, S> {
 }
 
 /// The raw shard from its verified stored bytes: decompressed, or the bytes themselves.
-fn unpack(entry: &ShardEntry, bytes: Bytes) -> Result<Bytes, String> {
+fn unpack(entry: &ShardEntry, bytes: Bytes) -> Result<Bytes, Rejected> {
     match (&entry.zip, &entry.compression) {
         (Some(_), Some(c)) => mds::decompress(c, &bytes, Some(entry.raw.bytes))
             .map(Bytes::from)
-            .map_err(|e| format!("decompressing: {e}")),
-        (Some(_), None) => Err("index.json lists a compressed file without a compression".into()),
+            .map_err(|e| Rejected::Decompress(Arc::new(e))),
+        (Some(_), None) => Err(Rejected::NoCompression),
         (None, _) => Ok(bytes),
     }
 }

@@ -248,6 +248,7 @@ impl Buckets {
         match d.fault {
             Some(ServerFault::SlowDown) => Err(slow_down()),
             Some(ServerFault::InternalError) => Err(s3_error!(InternalError, "injected")),
+            Some(ServerFault::AccessDenied) => Err(s3_error!(AccessDenied, "injected")),
             Some(ServerFault::Reset) => {
                 self.resets_pending.fetch_add(1, Ordering::Relaxed);
                 Err(s3_error!(InternalError, "reset"))
