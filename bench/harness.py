@@ -179,12 +179,13 @@ class Server:
     """The bench S3 server (bench-s3-server: testkit/src/s3) over `root`, with the given link emulation."""
 
     def __init__(self, procs, binary, root, latency_ms, bandwidth_mbps, logdir, name,
-                 etags="multipart"):
+                 etags="multipart", checksums="crc64nvme"):
         self.out = open(os.path.join(logdir, f"{name}.out"), "w+")
         self.err = open(os.path.join(logdir, f"{name}.err"), "w")
         self.proc = procs.start(
             [binary, root, "--latency-ms", str(latency_ms), "--bandwidth-mbps",
-             str(bandwidth_mbps), "--etags", etags], stdout=self.out, stderr=self.err)
+             str(bandwidth_mbps), "--etags", etags, "--checksums", checksums],
+            stdout=self.out, stderr=self.err)
         self.endpoint = None
 
         def ready():
@@ -1145,6 +1146,11 @@ def parse_args(argv):
                          "uploaded by boto3 or the aws CLI (MDSWriter's uploads), which shardfs "
                          "checks hashless shards against; md5 (single-part uploads); opaque (not "
                          "an MD5, as with SSE-KMS: such shards get only size and structure checks)")
+    ap.add_argument("--store-checksums", choices=("crc64nvme", "none"), default="crc64nvme",
+                    help="what the S3 server keeps of each object besides its ETag: crc64nvme "
+                         "(default; S3 keeps one for every object since December 2024 and answers "
+                         "it to a HEAD with checksum mode) or none (an ETag-only store: hashless "
+                         "shards are then checked by the ETag's MD5)")
     ap.add_argument("--systems",
                     default="local,shardfs,streaming,s3fs,rclone,mountpoint,egress,jpeg")
     ap.add_argument("--ram-epochs", type=int, default=3,
@@ -1205,9 +1211,11 @@ def main(argv):
             layout["jpeg"] = jpeg_dataset(args, venv_python, layout)
         result["dataset"] = {"params": layout["params"], "generated": layout["generated"]}
         raw = Server(procs, bins["server"], layout["root"], 0, 0, workdir, "server-raw",
-                     args.etags)
+                     args.etags, args.store_checksums)
         link = Server(procs, bins["server"], layout["root"], args.latency_ms,
-                      args.bandwidth_mbps, workdir, "server-link", args.etags)
+                      args.bandwidth_mbps, workdir, "server-link", args.etags,
+                      args.store_checksums)
+        result["store"] = {"etags": args.etags, "checksums": args.store_checksums}
         log(f"raw server {raw.endpoint}; emulated link {link.endpoint} "
             f"({args.latency_ms} ms, {args.bandwidth_mbps} Mbit/s per connection)")
         conns = shardfs_connections(args.shardfs_arg)

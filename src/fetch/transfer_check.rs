@@ -77,10 +77,18 @@ impl Fetcher {
             }
             None => false,
         };
-        // Checksums from the store's headers (GCS, Azure, full-object S3 CRC32C) are
-        // always of the object: a mismatch is damage, never a different scheme.
+        // Cheapest sound check first. Checksums from the store's headers (GCS, Azure,
+        // full-object S3 CRC32C) are always of the object: a mismatch is damage, never a
+        // different scheme.
         if !sums.store.is_empty() {
             return Ok(sums.store.check(bytes)?);
+        }
+        // The checksum S3 keeps of the object (CRC64NVME for every upload since December
+        // 2024), asked beside the download: a CRC runs at memory speed, so the ETag's MD5 is
+        // not needed. A mismatch is damage (or an object replaced between the question and
+        // the download: the next read of the shard asks again).
+        if let Some(kept) = asked.answered() {
+            return Ok(kept.check(bytes)?);
         }
         if let Some(want) = sums.md5 {
             let got: [u8; 16] = sums
@@ -161,7 +169,7 @@ impl<'a> AskedChecksums<'a> {
 
     /// The store's checksums, asked for on the first call. A failed request gives none
     /// (the ETag rules apply then), logged once.
-    fn get(&self) -> store::StoreChecksums {
+    pub(super) fn get(&self) -> store::StoreChecksums {
         use std::sync::atomic::Ordering::Relaxed;
         let mut answer = self.answer.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(sums) = *answer {
@@ -187,12 +195,18 @@ impl<'a> AskedChecksums<'a> {
     /// (GCS and Azure send theirs with every whole-object answer, read before this is
     /// reached), and a store that never gave one is asked [`CHECKSUM_ASKS_WITHOUT_ANSWER`]
     /// times only.
-    fn worth_asking(&self) -> bool {
+    pub(super) fn worth_asking(&self) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         let d = self.dataset;
         d.is_s3()
             && (d.store_checksums_seen.load(Relaxed)
                 || d.store_checksums_missing.load(Relaxed) < CHECKSUM_ASKS_WITHOUT_ANSWER)
+    }
+
+    /// The answer, when the store was asked and gave a checksum; never asks.
+    fn answered(&self) -> Option<store::StoreChecksums> {
+        let answer = *self.answer.lock().unwrap_or_else(|p| p.into_inner());
+        answer.filter(|sums| !sums.is_empty())
     }
 
     /// Asks now if a check would ask, and makes later checks use that answer only (none

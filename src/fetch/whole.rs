@@ -68,8 +68,18 @@ impl Fetcher {
         // two downloads with the same MD5 are taken as the object's true bytes — unless an ETag
         // of this dataset has matched before (then its ETags are MD5s and this is damage).
         let mut previous_md5: Option<[u8; 16]> = None;
-        // When the ETag settles nothing, the store's own checksum of the object, asked once.
+        // The store's own checksum of the object, asked once. For a hashless shard on S3 it
+        // is asked beside the first download (a HEAD with checksum mode beside the parts):
+        // where the store keeps one (S3 computes a CRC64NVME for every upload since December
+        // 2024) it is the check, run at memory speed, and once this store has given one the
+        // ETag's MD5 is not computed while the parts land. Else the ETag rules below.
         let asked = AskedChecksums::new(self, &key);
+        let hashless = check.hashes.is_empty();
+        let ask_beside = hashless && asked.worth_asking();
+        let md5_while_landing = hashless
+            && !self
+                .store_checksums_seen
+                .load(std::sync::atomic::Ordering::Relaxed);
         let downloads = if check.hashes.is_empty() {
             attempts.max(2)
         } else {
@@ -89,16 +99,24 @@ impl Fetcher {
         let mut held: Option<(B, store::EtagMd5s)> = None;
         for attempt in 1..=downloads {
             let repairing = held.is_some();
-            let fetched = match held.take() {
+            let fetch = |held: Option<(B, store::EtagMd5s)>| match held {
                 Some((whole, tag)) => self.repair(shard, &key, &check, whole, tag, &asked),
-                None if in_parts => self.download_in_parts(
-                    &key,
-                    stored.bytes,
-                    check.hashes.is_empty(),
-                    buffer,
-                    stage,
-                ),
+                None if in_parts => {
+                    self.download_in_parts(&key, stored.bytes, md5_while_landing, buffer, stage)
+                }
                 None => self.store.get_fetched(&key).map(Download::Whole),
+            };
+            let fetched = if ask_beside && attempt == 1 {
+                std::thread::scope(|s| {
+                    let question = s.spawn(|| asked.get());
+                    let fetched = fetch(held.take());
+                    if question.join().is_err() {
+                        tracing::warn!(shard, "asking for the store's checksum panicked");
+                    }
+                    fetched
+                })
+            } else {
+                fetch(held.take())
             };
             let download = match fetched {
                 Ok(d) => d,
