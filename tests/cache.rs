@@ -1629,6 +1629,7 @@ fn with_the_checksum_s3_keeps_a_foreign_etag_costs_one_download_not_two() {
 /// is repaired.
 #[test]
 fn a_hashless_shard_is_checked_by_the_crc_s3_keeps_before_its_etag() {
+    use crate::common::FakeS3Options;
     use shardfs_testkit::s3::{EtagMode, FakeS3};
     for crc in [true, false] {
         let server = FakeS3::start_with(EtagMode::Md5);
