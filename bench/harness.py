@@ -1124,6 +1124,72 @@ def disk_table(ceiling, read_bytes):
     return "\n".join(lines)
 
 
+def cold_epoch_targets(rows, curl, conns, ceiling):
+    """Issue 36's targets, each as the measured value and its ratio to the baseline of the
+    same run: [(target, value, baseline, ratio, goal, met)]. Missing rows give no line."""
+    by = {(r["system"], r["pass"]): r for r in rows if not r.get("skipped")}
+    cold, warm = by.get(("shardfs", "cold")), by.get(("shardfs", "warm"))
+    link = curl.get("emulated link", {})
+    out = []
+
+    def add(target, value, baseline, goal, want_high=True):
+        if value is None or not baseline:
+            return
+        ratio = value / baseline
+        out.append({"target": target, "value": value, "baseline": baseline, "ratio": ratio,
+                    "goal": goal, "goal_text": f"≥ {goal}×",
+                    "met": ratio >= goal if want_high else ratio <= goal})
+
+    if cold:
+        wire = link.get(f"shards_{conns}_streams") or link.get("shards_16_streams")
+        add(f"cold MB/s vs the link (curl, {conns} connections)", cold["mb_per_s"],
+            wire and wire["mb_per_s"], 0.35)
+        sd = by.get(("streaming", "cold"))
+        add("cold samples/s vs StreamingDataset cold", cold["samples_per_s"],
+            sd and sd["samples_per_s"], 3.0)
+        local = by.get(("local", "cold"))
+        add("cold samples/s vs local files cold", cold["samples_per_s"],
+            local and local["samples_per_s"], 0.6)
+        gb = cold["fetched_bytes"] / 1e9
+        if cold.get("serve_cpu_s") is not None and gb > 0:
+            out.append({"target": "daemon CPU-s per cold GB", "value": cold["serve_cpu_s"] / gb,
+                        "baseline": None, "ratio": None, "goal": 1.5, "goal_text": "≤ 1.5",
+                        "met": cold["serve_cpu_s"] / gb <= 1.5})
+        part = link.get("part_1_request")
+        if cold.get("first_file_s") is not None:
+            out.append({"target": "first file s of the cold epoch",
+                        "value": cold["first_file_s"], "baseline": part and part["wall_s"],
+                        "ratio": part and cold["first_file_s"] / part["wall_s"], "goal": 0.3,
+                        "goal_text": "≤ 0.3 s", "met": cold["first_file_s"] <= 0.3})
+    if warm:
+        fuse = by.get(("null-fuse", "warm"))
+        disk = max((d["reads_per_s"] for d in (ceiling or {}).values()), default=None)
+        lower = min(x for x in (disk, fuse and fuse["samples_per_s"]) if x) \
+            if disk or fuse else None
+        add("warm samples/s vs min(disk ceiling, null-FUSE warm)", warm["samples_per_s"],
+            lower, 0.8)
+        local = by.get(("local", "cold"))
+        add("warm samples/s vs local files cold", warm["samples_per_s"],
+            local and local["samples_per_s"], 1.0)
+    rss = [r.get("serve_peak_rss_mb") for (s, _), r in by.items() if s == "shardfs"]
+    rss = [x for x in rss if x is not None]
+    if rss:
+        out.append({"target": "peak RSS MB, every shardfs pass", "value": max(rss),
+                    "baseline": None, "ratio": None, "goal": 320, "goal_text": "≤ 320",
+                    "met": max(rss) <= 320})
+    return out
+
+
+def targets_table(targets):
+    lines = ["| target (issue 36) | measured | baseline, same run | ratio | goal | met |",
+             "|---|---|---|---|---|---|"]
+    for t in targets:
+        lines.append(f"| {t['target']} | {t['value']:.3f} | {fmt(t['baseline'], '.3f')} "
+                     f"| {fmt(t['ratio'], '.2f')} | {t['goal_text']} "
+                     f"| {'yes' if t['met'] else 'NO'} |")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- main
 
 def parse_args(argv):
@@ -1254,6 +1320,11 @@ def main(argv):
         print(text)
         if any(r["system"].startswith("shardfs ") for r in runner.rows):
             print("\n" + egress_table(runner.rows) + "\n")
+        result["targets"] = cold_epoch_targets(
+            runner.rows, result["server_curl"], conns,
+            (runner.disk_ceiling or {}).get("by_depth"))
+        if result["targets"]:
+            print("\n" + targets_table(result["targets"]) + "\n")
         if any(r["system"].startswith("jpeg ") for r in runner.rows):
             print("\n" + jpeg_table(runner.rows) + "\n")
         for n in runner.notes:
