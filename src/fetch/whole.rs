@@ -101,16 +101,14 @@ impl Fetcher {
             let repairing = held.is_some();
             let fetch = |held: Option<(B, store::EtagMd5s)>| match held {
                 Some((whole, tag)) => self.repair(shard, &key, &check, whole, tag, &asked),
-                None if in_parts => {
-                    self.download_in_parts(
-                        &key,
-                        stored.bytes,
-                        md5_while_landing,
-                        &|| asked.answered().is_some(),
-                        buffer,
-                        stage,
-                    )
-                }
+                None if in_parts => self.download_in_parts(
+                    &key,
+                    stored.bytes,
+                    md5_while_landing,
+                    &|| asked.answered().is_some(),
+                    buffer,
+                    stage,
+                ),
                 None => self.store.get_fetched(&key).map(Download::Whole),
             };
             let fetched = if ask_beside && attempt == 1 {
