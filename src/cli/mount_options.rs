@@ -15,13 +15,21 @@ const IGNORED: &[&str] = &[
     "sync",
 ];
 
+/// A `-o` key that is no option of `shardfs mount`, as the user wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown mount option `{0}` (-o takes the long options of `shardfs mount`, e.g. \
+     cache_limit=10GiB; `shardfs mount --help` lists them)"
+)]
+pub struct UnknownMountOption(pub String);
+
 /// Rewrites `mount ... -o a=b,c` (also `-oa=b`) into `--a=b --c`; keys may use `_` for `-`.
 /// A key that `is_flag` does not know (after that rewrite) is refused as an unknown mount
 /// option, rather than left to clap, which would name a `--flag` the user never typed.
 pub fn expand(
     args: Vec<OsString>,
     is_flag: impl Fn(&str) -> bool,
-) -> Result<Vec<OsString>, String> {
+) -> Result<Vec<OsString>, UnknownMountOption> {
     // Only `shardfs [global flags] mount ...` takes -o.
     if !args.iter().skip(1).any(|a| a.to_str() == Some("mount")) {
         return Ok(args);
@@ -49,7 +57,7 @@ pub fn expand(
     Ok(out)
 }
 
-fn split(list: &str, is_flag: &impl Fn(&str) -> bool) -> Result<Vec<String>, String> {
+fn split(list: &str, is_flag: &impl Fn(&str) -> bool) -> Result<Vec<String>, UnknownMountOption> {
     let mut flags = Vec::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (key, value) = match item.split_once('=') {
@@ -61,10 +69,7 @@ fn split(list: &str, is_flag: &impl Fn(&str) -> bool) -> Result<Vec<String>, Str
         }
         let flag = key.replace('_', "-");
         if !is_flag(&flag) {
-            return Err(format!(
-                "unknown mount option `{key}` (-o takes the long options of `shardfs mount`, \
-                 e.g. cache_limit=10GiB; `shardfs mount --help` lists them)"
-            ));
+            return Err(UnknownMountOption(key.to_string()));
         }
         let key = flag;
         flags.push(match value {
@@ -107,7 +112,7 @@ mod tests {
     }
 
     /// `expand` knowing a few of the real flags.
-    fn expand_known(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    fn expand_known(args: Vec<OsString>) -> Result<Vec<OsString>, UnknownMountOption> {
         let known = [
             "cache-limit",
             "allow-other",
@@ -129,7 +134,8 @@ mod tests {
             "-o",
             "nodes=2,foo_bar=1",
         ]))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.starts_with("unknown mount option `foo_bar`"), "{e}");
     }
 
