@@ -141,48 +141,25 @@ mod tests {
 
     #[test]
     fn options_become_flags() {
-        let got = expand_known(strs(&[
-            "shardfs",
-            "mount",
-            "SRC",
-            "MNT",
-            "-o",
-            "rw,cache_limit=1GiB,allow_other,x-systemd.automount,nodes=2",
-        ]))
-        .unwrap();
-        assert_eq!(
-            got,
-            strs(&[
-                "shardfs",
-                "mount",
-                "SRC",
-                "MNT",
-                "--cache-limit=1GiB",
-                "--allow-other",
-                "--nodes=2"
-            ])
-        );
-        let got = expand_known(strs(&["shardfs", "mount", "-oshuffle", "SRC", "MNT"])).unwrap();
-        assert_eq!(got, strs(&["shardfs", "mount", "--shuffle", "SRC", "MNT"]));
-        let got = expand_known(strs(&[
-            "shardfs",
-            "mount",
-            "MNT",
-            "-o",
-            "stream=s3://b/a%2Cproportion=0.5,stream=/d/x%25y%2c,comment=x-gvfs,x=%zz%",
-        ]))
-        .unwrap();
-        assert_eq!(
-            got,
-            strs(&[
-                "shardfs",
-                "mount",
-                "MNT",
-                "--stream=s3://b/a,proportion=0.5",
-                "--stream=/d/x%y,",
-                "--x=%zz%"
-            ])
-        );
+        // (command line, what clap gets), words split at spaces.
+        let cases = [
+            (
+                "shardfs mount SRC MNT -o rw,cache_limit=1GiB,allow_other,x-systemd.automount,nodes=2",
+                "shardfs mount SRC MNT --cache-limit=1GiB --allow-other --nodes=2",
+            ),
+            (
+                "shardfs mount -oshuffle SRC MNT",
+                "shardfs mount --shuffle SRC MNT",
+            ),
+            (
+                "shardfs mount MNT -o stream=s3://b/a%2Cproportion=0.5,stream=/d/x%25y%2c,comment=x-gvfs,x=%zz%",
+                "shardfs mount MNT --stream=s3://b/a,proportion=0.5 --stream=/d/x%y, --x=%zz%",
+            ),
+        ];
+        for (line, want) in cases {
+            let words = |l: &str| strs(&l.split(' ').collect::<Vec<_>>());
+            assert_eq!(expand_known(words(line)), Ok(words(want)), "{line}");
+        }
         let other = strs(&["shardfs", "order", "-o", "x"]);
         assert_eq!(expand_known(other.clone()), Ok(other));
     }

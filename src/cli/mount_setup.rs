@@ -13,7 +13,7 @@ use super::store_args::StoreArgs;
 use crate::cache::{CacheOptions, Dataset, ShardCache};
 use crate::fuse::{self, FuseOptions, Mounted};
 use crate::mds;
-use crate::order::{OrderError, Planner, StreamSpec};
+use crate::order::{OrderError, Planner};
 use crate::plan::{NextUse, OrderCache, OrderSource, MIN_KEEP_EPOCHS};
 use crate::readahead::{CachedStreams, FurthestNextUse, Readahead, ReadaheadOptions};
 use crate::size::parse_size;
@@ -377,22 +377,7 @@ fn open_vfs(config: &MountConfig) -> Result<(Arc<Vfs>, u64)> {
         first_shard += o.index.shards().len() as u32;
         opened.push(o);
     }
-    let specs: Vec<StreamSpec> = resolved
-        .streams
-        .iter()
-        .zip(&opened)
-        .map(|(s, o)| StreamSpec {
-            shard_samples: o.index.shard_samples(),
-            weight: s.weight,
-        })
-        .collect();
-    let planner = Planner::new(
-        specs,
-        resolved.options.clone(),
-        resolved.world,
-        resolved.resume,
-    )
-    .context("invalid ordering options")?;
+    let planner = resolved.planner(opened.iter().map(|o| o.index.shard_samples()))?;
     let world = resolved.world;
     let node = resolved.node_rank;
     // A resumed job reads on from the resumed epoch: list from there.

@@ -267,14 +267,8 @@ pub fn plugin_credential_vars() -> &'static [&'static str] {
 
 #[cfg(test)]
 mod tests {
+    use super::super::attributes::ctx;
     use super::*;
-
-    fn ctx(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn the_pods_sts_token_becomes_a_web_identity() {

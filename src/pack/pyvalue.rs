@@ -9,7 +9,7 @@
 //! [`dumps`] then writes `json.dumps(obj)`: separators `", "` and `": "`, `ensure_ascii`
 //! escapes, floats as `repr()`.
 
-use crate::mds::pyjson::escape;
+use crate::mds::pyjson::{escape, write_dict, write_list};
 use crate::mds::render::float::f64_text;
 
 /// A JSON value as Python holds it after `json.loads`.
@@ -382,28 +382,8 @@ pub fn dumps(v: &PyValue, out: &mut String) {
         PyValue::Int(t) => out.push_str(t),
         PyValue::Float(x) => out.push_str(&float_repr(*x)),
         PyValue::Str(s) => escape(s, out),
-        PyValue::List(items) => {
-            out.push('[');
-            for (k, item) in items.iter().enumerate() {
-                if k > 0 {
-                    out.push_str(", ");
-                }
-                dumps(item, out);
-            }
-            out.push(']');
-        }
-        PyValue::Dict(items) => {
-            out.push('{');
-            for (k, (key, item)) in items.iter().enumerate() {
-                if k > 0 {
-                    out.push_str(", ");
-                }
-                escape(key, out);
-                out.push_str(": ");
-                dumps(item, out);
-            }
-            out.push('}');
-        }
+        PyValue::List(items) => write_list(items, out, dumps),
+        PyValue::Dict(items) => write_dict(items.iter().map(|(k, v)| (k.as_str(), v)), out, dumps),
     }
 }
 

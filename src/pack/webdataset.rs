@@ -23,6 +23,7 @@ use super::columns::{check_stored, encode, Field};
 use super::error::{InputError, PackError, Result, TarFault};
 use super::pyvalue::PyValue;
 use super::source::{InputFile, SampleSource};
+use crate::mds::render::tar::checksum;
 use crate::mds::Encoding;
 use std::io::{BufReader, Read};
 
@@ -147,18 +148,7 @@ impl TarReader {
                 .fold(0u64, |acc, &b| {
                     acc * 8 + u64::from(b.wrapping_sub(b'0')) % 8
                 });
-            let sum: u64 = h
-                .iter()
-                .enumerate()
-                .map(|(i, &b)| {
-                    if (148..156).contains(&i) {
-                        32
-                    } else {
-                        u64::from(b)
-                    }
-                })
-                .sum();
-            if stored != sum {
+            if stored != checksum(&h) {
                 return Err(bad(TarFault::Checksum));
             }
             let size = octal(&h[124..136]).ok_or_else(|| bad(TarFault::Size))?;
