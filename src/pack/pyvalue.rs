@@ -178,60 +178,64 @@ impl Parser<'_> {
         }
     }
 
-    fn object(&mut self, depth: usize) -> Result<PyValue, JsonError> {
+    /// The items of a list or dict, from its opening bracket to `close`: `item` reads one,
+    /// items are separated by `,` (none after the last, as Python requires), and `missing`
+    /// is the fault when neither `,` nor `close` follows an item.
+    fn items(
+        &mut self,
+        close: u8,
+        missing: JsonFault,
+        mut item: impl FnMut(&mut Self) -> Result<(), JsonError>,
+    ) -> Result<(), JsonError> {
         self.i += 1;
-        let mut items: Vec<(String, PyValue)> = Vec::new();
         self.ws();
-        if self.eat(b"}") {
-            return Ok(PyValue::Dict(items));
+        if self.eat(&[close]) {
+            return Ok(());
         }
         loop {
             self.ws();
-            if self.s.get(self.i) != Some(&b'"') {
-                return Err(self.err(JsonFault::ExpectedKey));
-            }
-            let key = self.string()?;
+            item(self)?;
             self.ws();
-            if !self.eat(b":") {
-                return Err(self.err(JsonFault::ExpectedColon));
+            if self.eat(b",") {
+                continue;
             }
-            self.ws();
-            let v = self.value(depth + 1)?;
+            if self.eat(&[close]) {
+                return Ok(());
+            }
+            return Err(self.err(missing));
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<PyValue, JsonError> {
+        let mut items: Vec<(String, PyValue)> = Vec::new();
+        self.items(b'}', JsonFault::ObjectSeparator, |p| {
+            if p.s.get(p.i) != Some(&b'"') {
+                return Err(p.err(JsonFault::ExpectedKey));
+            }
+            let key = p.string()?;
+            p.ws();
+            if !p.eat(b":") {
+                return Err(p.err(JsonFault::ExpectedColon));
+            }
+            p.ws();
+            let v = p.value(depth + 1)?;
             // A dict keeps a repeated key's first position and its last value.
             match items.iter_mut().find(|(k, _)| *k == key) {
                 Some(slot) => slot.1 = v,
                 None => items.push((key, v)),
             }
-            self.ws();
-            if self.eat(b",") {
-                continue;
-            }
-            if self.eat(b"}") {
-                return Ok(PyValue::Dict(items));
-            }
-            return Err(self.err(JsonFault::ObjectSeparator));
-        }
+            Ok(())
+        })?;
+        Ok(PyValue::Dict(items))
     }
 
     fn array(&mut self, depth: usize) -> Result<PyValue, JsonError> {
-        self.i += 1;
         let mut items = Vec::new();
-        self.ws();
-        if self.eat(b"]") {
-            return Ok(PyValue::List(items));
-        }
-        loop {
-            self.ws();
-            items.push(self.value(depth + 1)?);
-            self.ws();
-            if self.eat(b",") {
-                continue;
-            }
-            if self.eat(b"]") {
-                return Ok(PyValue::List(items));
-            }
-            return Err(self.err(JsonFault::ArraySeparator));
-        }
+        self.items(b']', JsonFault::ArraySeparator, |p| {
+            items.push(p.value(depth + 1)?);
+            Ok(())
+        })?;
+        Ok(PyValue::List(items))
     }
 
     fn hex4(&mut self) -> Result<u32, JsonError> {

@@ -15,6 +15,19 @@ struct Counting {
     room: Mutex<Option<usize>>,
 }
 
+impl Counting {
+    /// Ten samples a shard, none on disk, nothing fetched or advised yet, room unlimited.
+    fn empty() -> Arc<Counting> {
+        Arc::new(Counting {
+            per_shard: 10,
+            resident: Mutex::new(HashSet::new()),
+            fetches: Mutex::new(Vec::new()),
+            advised: Mutex::new(Vec::new()),
+            room: Mutex::new(None),
+        })
+    }
+}
+
 impl ShardSource for Counting {
     fn shard_of(&self, sample: u64) -> Option<u32> {
         Some((sample / self.per_shard) as u32)
@@ -99,13 +112,7 @@ fn setup_counting(
     stream_starts: Vec<u32>,
 ) -> (Readahead, Arc<Counting>, Arc<AtomicU64>) {
     let computed = Arc::new(AtomicU64::new(0));
-    let src = Arc::new(Counting {
-        per_shard: 10,
-        resident: Mutex::new(HashSet::new()),
-        fetches: Mutex::new(Vec::new()),
-        advised: Mutex::new(Vec::new()),
-        room: Mutex::new(None),
-    });
+    let src = Counting::empty();
     let ranks = orders.len();
     let ra = Readahead::new(
         // Two epochs asked for: the order cache keeps at least three.
@@ -415,13 +422,7 @@ fn the_walk_stops_at_the_last_epoch_the_job_reads() {
     // and the window (3 shards) would reach shards 0 and 1 of epoch 1.
     for (last_epoch, want) in [(None, vec![0, 1, 9]), (Some(0), vec![9])] {
         let computed = Arc::new(AtomicU64::new(0));
-        let src = Arc::new(Counting {
-            per_shard: 10,
-            resident: Mutex::new(HashSet::new()),
-            fetches: Mutex::new(Vec::new()),
-            advised: Mutex::new(Vec::new()),
-            room: Mutex::new(None),
-        });
+        let src = Counting::empty();
         let ra = Readahead::new(
             Arc::new(OrderCache::new(
                 Box::new(Fixed(vec![(0..100).collect()], computed)),
