@@ -18,6 +18,7 @@ pub mod order;
 pub mod pack;
 pub mod plan;
 pub mod readahead;
+pub mod size;
 pub mod status;
 pub mod store;
 pub mod vfs;

@@ -108,12 +108,7 @@ mod tests {
         assert_eq!(LruPolicy.choose_victim(&ctx), Some(1));
         let ctx = EvictionContext {
             candidates: &[],
-            pinned: &[0],
-            incoming: 4,
-            need: 10,
-            usage: 40,
-            limit: 40,
-            prefetch: false,
+            ..ctx
         };
         assert_eq!(LruPolicy.choose_victim(&ctx), None);
     }

@@ -57,7 +57,7 @@ pub struct CsiArgs {
     pub host_network_namespace: PathBuf,
     /// memory.max of the daemons' host cgroup (all mount daemons of the node together), e.g.
     /// 16GiB. Needs --host-cgroupfs.
-    #[arg(long, value_name = "BYTES", requires = "host_cgroupfs", value_parser = parse_bytes, overrides_with = "daemon_memory_max")]
+    #[arg(long, value_name = "BYTES", requires = "host_cgroupfs", value_parser = crate::size::parse_size, overrides_with = "daemon_memory_max")]
     pub daemon_memory_max: Option<u64>,
     /// CPU weight of the daemons' host cgroup (cpu.weight 1-10000, 100 = a default share;
     /// cpu.shares on cgroup v1). Needs --host-cgroupfs.
@@ -74,20 +74,12 @@ pub struct CsiArgs {
     pub inline_allow_host: Vec<String>,
     /// The most all volumes' caches under --cache-root may hold together (their cacheLimits
     /// add up to at most this): bytes (2TiB) or a share of the filesystem (50%).
-    #[arg(long, value_name = "SIZE|PERCENT", default_value = "50%", value_parser = parse_amount, overrides_with = "cache_budget")]
+    #[arg(long, value_name = "SIZE|PERCENT", default_value = "50%", value_parser = csi::cache_budget::Amount::parse, overrides_with = "cache_budget")]
     pub cache_budget: csi::cache_budget::Amount,
     /// The cacheLimit of a volume that sets none: bytes or a share of the cache filesystem.
     /// (These plugin flags may be repeated, the last one wins, so an overlay can append.)
-    #[arg(long, value_name = "SIZE|PERCENT", default_value = "10%", value_parser = parse_amount, overrides_with = "default_cache_limit")]
+    #[arg(long, value_name = "SIZE|PERCENT", default_value = "10%", value_parser = csi::cache_budget::Amount::parse, overrides_with = "default_cache_limit")]
     pub default_cache_limit: csi::cache_budget::Amount,
-}
-
-fn parse_amount(s: &str) -> Result<csi::cache_budget::Amount, String> {
-    csi::cache_budget::Amount::parse(s)
-}
-
-fn parse_bytes(s: &str) -> Result<u64, String> {
-    csi::cache_budget::parse_size(s)
 }
 
 /// The long options of `shardfs mount`: the names volume attributes may use.

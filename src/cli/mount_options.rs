@@ -15,13 +15,21 @@ const IGNORED: &[&str] = &[
     "sync",
 ];
 
+/// A `-o` key that is no option of `shardfs mount`, as the user wrote it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "unknown mount option `{0}` (-o takes the long options of `shardfs mount`, e.g. \
+     cache_limit=10GiB; `shardfs mount --help` lists them)"
+)]
+pub struct UnknownMountOption(pub String);
+
 /// Rewrites `mount ... -o a=b,c` (also `-oa=b`) into `--a=b --c`; keys may use `_` for `-`.
 /// A key that `is_flag` does not know (after that rewrite) is refused as an unknown mount
 /// option, rather than left to clap, which would name a `--flag` the user never typed.
 pub fn expand(
     args: Vec<OsString>,
     is_flag: impl Fn(&str) -> bool,
-) -> Result<Vec<OsString>, String> {
+) -> Result<Vec<OsString>, UnknownMountOption> {
     // Only `shardfs [global flags] mount ...` takes -o.
     if !args.iter().skip(1).any(|a| a.to_str() == Some("mount")) {
         return Ok(args);
@@ -49,7 +57,7 @@ pub fn expand(
     Ok(out)
 }
 
-fn split(list: &str, is_flag: &impl Fn(&str) -> bool) -> Result<Vec<String>, String> {
+fn split(list: &str, is_flag: &impl Fn(&str) -> bool) -> Result<Vec<String>, UnknownMountOption> {
     let mut flags = Vec::new();
     for item in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (key, value) = match item.split_once('=') {
@@ -61,10 +69,7 @@ fn split(list: &str, is_flag: &impl Fn(&str) -> bool) -> Result<Vec<String>, Str
         }
         let flag = key.replace('_', "-");
         if !is_flag(&flag) {
-            return Err(format!(
-                "unknown mount option `{key}` (-o takes the long options of `shardfs mount`, \
-                 e.g. cache_limit=10GiB; `shardfs mount --help` lists them)"
-            ));
+            return Err(UnknownMountOption(key.to_string()));
         }
         let key = flag;
         flags.push(match value {
@@ -107,7 +112,7 @@ mod tests {
     }
 
     /// `expand` knowing a few of the real flags.
-    fn expand_known(args: Vec<OsString>) -> Result<Vec<OsString>, String> {
+    fn expand_known(args: Vec<OsString>) -> Result<Vec<OsString>, UnknownMountOption> {
         let known = [
             "cache-limit",
             "allow-other",
@@ -129,54 +134,32 @@ mod tests {
             "-o",
             "nodes=2,foo_bar=1",
         ]))
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.starts_with("unknown mount option `foo_bar`"), "{e}");
     }
 
     #[test]
     fn options_become_flags() {
-        let got = expand_known(strs(&[
-            "shardfs",
-            "mount",
-            "SRC",
-            "MNT",
-            "-o",
-            "rw,cache_limit=1GiB,allow_other,x-systemd.automount,nodes=2",
-        ]))
-        .unwrap();
-        assert_eq!(
-            got,
-            strs(&[
-                "shardfs",
-                "mount",
-                "SRC",
-                "MNT",
-                "--cache-limit=1GiB",
-                "--allow-other",
-                "--nodes=2"
-            ])
-        );
-        let got = expand_known(strs(&["shardfs", "mount", "-oshuffle", "SRC", "MNT"])).unwrap();
-        assert_eq!(got, strs(&["shardfs", "mount", "--shuffle", "SRC", "MNT"]));
-        let got = expand_known(strs(&[
-            "shardfs",
-            "mount",
-            "MNT",
-            "-o",
-            "stream=s3://b/a%2Cproportion=0.5,stream=/d/x%25y%2c,comment=x-gvfs,x=%zz%",
-        ]))
-        .unwrap();
-        assert_eq!(
-            got,
-            strs(&[
-                "shardfs",
-                "mount",
-                "MNT",
-                "--stream=s3://b/a,proportion=0.5",
-                "--stream=/d/x%y,",
-                "--x=%zz%"
-            ])
-        );
+        // (command line, what clap gets), words split at spaces.
+        let cases = [
+            (
+                "shardfs mount SRC MNT -o rw,cache_limit=1GiB,allow_other,x-systemd.automount,nodes=2",
+                "shardfs mount SRC MNT --cache-limit=1GiB --allow-other --nodes=2",
+            ),
+            (
+                "shardfs mount -oshuffle SRC MNT",
+                "shardfs mount --shuffle SRC MNT",
+            ),
+            (
+                "shardfs mount MNT -o stream=s3://b/a%2Cproportion=0.5,stream=/d/x%25y%2c,comment=x-gvfs,x=%zz%",
+                "shardfs mount MNT --stream=s3://b/a,proportion=0.5 --stream=/d/x%y, --x=%zz%",
+            ),
+        ];
+        for (line, want) in cases {
+            let words = |l: &str| strs(&l.split(' ').collect::<Vec<_>>());
+            assert_eq!(expand_known(words(line)), Ok(words(want)), "{line}");
+        }
         let other = strs(&["shardfs", "order", "-o", "x"]);
         assert_eq!(expand_known(other.clone()), Ok(other));
     }

@@ -13,9 +13,10 @@ use super::store_args::StoreArgs;
 use crate::cache::{CacheOptions, Dataset, ShardCache};
 use crate::fuse::{self, FuseOptions, Mounted};
 use crate::mds;
-use crate::order::{OrderError, Planner, StreamSpec};
+use crate::order::{OrderError, Planner};
 use crate::plan::{NextUse, OrderCache, OrderSource, MIN_KEEP_EPOCHS};
 use crate::readahead::{CachedStreams, FurthestNextUse, Readahead, ReadaheadOptions};
+use crate::size::parse_size;
 use crate::store::StoreOptions;
 use crate::vfs::{CachedShards, MdsDataset, Vfs, VfsConfig};
 
@@ -88,44 +89,13 @@ pub fn default_fuse_threads() -> usize {
     (2 * cores).clamp(2, 16)
 }
 
-/// Parses `10GiB`, `512MiB`, `1.5GB`, `4096` into bytes.
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024f64.powi(2),
-        "g" | "gib" => 1024f64.powi(3),
-        "t" | "tib" => 1024f64.powi(4),
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        other => {
-            return Err(format!(
-                "unknown size unit {other:?} in {s:?} (use KiB, MiB, GiB, TiB)"
-            ))
-        }
-    };
-    let v = n * mult;
-    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
-        return Err(format!("size out of range: {s:?}"));
-    }
-    Ok(v as u64)
-}
-
 /// Smallest `--fetch-part-size` other than 0: below it a part's request costs more than its
 /// bytes (a round trip each), and a shard of a few MiB would take thousands of them.
 const MIN_FETCH_PART_SIZE: u64 = 64 << 10;
 
 /// Parses `--fetch-part-size`: 0, or a size of at least [`MIN_FETCH_PART_SIZE`].
 fn parse_part_size(s: &str) -> Result<u64, String> {
-    let n = parse_size(s)?;
+    let n = parse_size(s).map_err(|e| e.to_string())?;
     if n != 0 && n < MIN_FETCH_PART_SIZE {
         return Err(format!(
             "{s:?} is too small a part: give 0 (one GET per shard) or at least 64KiB"
@@ -407,22 +377,7 @@ fn open_vfs(config: &MountConfig) -> Result<(Arc<Vfs>, u64)> {
         first_shard += o.index.shards().len() as u32;
         opened.push(o);
     }
-    let specs: Vec<StreamSpec> = resolved
-        .streams
-        .iter()
-        .zip(&opened)
-        .map(|(s, o)| StreamSpec {
-            shard_samples: o.index.shard_samples(),
-            weight: s.weight,
-        })
-        .collect();
-    let planner = Planner::new(
-        specs,
-        resolved.options.clone(),
-        resolved.world,
-        resolved.resume,
-    )
-    .context("invalid ordering options")?;
+    let planner = resolved.planner(opened.iter().map(|o| o.index.shard_samples()))?;
     let world = resolved.world;
     let node = resolved.node_rank;
     // A resumed job reads on from the resumed epoch: list from there.

@@ -4,7 +4,6 @@
 use super::dataset::Dataset;
 use super::ordering::OrderingArgs;
 use super::store_args::StoreArgs;
-use crate::order::Planner;
 use anyhow::{Context, Result};
 use std::io::Write;
 
@@ -32,15 +31,12 @@ pub struct OrderArgs {
 pub fn run(args: OrderArgs) -> Result<()> {
     let resolved = args.ordering.resolve(args.source.as_deref())?;
     // Only index.json is read: the order depends on shard sample counts alone.
-    let streams = resolved
-        .stream_specs(|source| Ok(Dataset::open(source, &args.store)?.index.shard_samples()))?;
-    let planner = Planner::new(
-        streams,
-        resolved.options.clone(),
-        resolved.world,
-        resolved.resume,
-    )
-    .context("invalid ordering options")?;
+    let counts = resolved
+        .streams
+        .iter()
+        .map(|s| Ok(Dataset::open(&s.source, &args.store)?.index.shard_samples()))
+        .collect::<Result<Vec<_>>>()?;
+    let planner = resolved.planner(counts)?;
     let ids = planner
         .rank_order(args.epoch, args.rank)
         .with_context(|| format!("computing rank {} epoch {}", args.rank, args.epoch))?;

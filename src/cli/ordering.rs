@@ -5,7 +5,7 @@
 //! defaults (torchrun's `WORLD_SIZE`, `LOCAL_WORLD_SIZE`, `NODE_RANK`/`GROUP_RANK`), parses
 //! `--stream` specs and `--epoch-size` abbreviations, reads `--resume-state`, and validates.
 //! Reading each stream's shard sample counts is left to the caller (local file, object store),
-//! through [`ResolvedOrdering::stream_specs`].
+//! and handed to [`ResolvedOrdering::planner`].
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, ValueEnum};
@@ -14,8 +14,8 @@ use shardfs_order_types::*;
 /// Re-exported names of the order module used by the flags.
 mod shardfs_order_types {
     pub use crate::order::{
-        BatchingMethod, OrderOptions, PartitionAlgo, ResumeState, SamplingMethod, ShuffleAlgo,
-        StreamSpec, StreamWeight, World,
+        BatchingMethod, OrderOptions, PartitionAlgo, Planner, ResumeState, SamplingMethod,
+        ShuffleAlgo, StreamSpec, StreamWeight, World,
     };
 }
 
@@ -152,20 +152,20 @@ pub struct ResolvedOrdering {
 }
 
 impl ResolvedOrdering {
-    /// The planner's stream inputs, reading each source's shard sample counts with `load`.
-    pub fn stream_specs(
-        &self,
-        mut load: impl FnMut(&str) -> Result<Vec<u64>>,
-    ) -> Result<Vec<StreamSpec>> {
-        self.streams
+    /// The planner of these settings, given each stream's shard sample counts (in the order
+    /// of `streams`).
+    pub fn planner(&self, shard_samples: impl IntoIterator<Item = Vec<u64>>) -> Result<Planner> {
+        let streams = self
+            .streams
             .iter()
-            .map(|s| {
-                Ok(StreamSpec {
-                    shard_samples: load(&s.source)?,
-                    weight: s.weight,
-                })
+            .zip(shard_samples)
+            .map(|(s, shard_samples)| StreamSpec {
+                shard_samples,
+                weight: s.weight,
             })
-            .collect()
+            .collect();
+        Planner::new(streams, self.options.clone(), self.world, self.resume)
+            .context("invalid ordering options")
     }
 }
 

@@ -1,7 +1,6 @@
 //! `shardfs pack`: the command line of [`crate::pack`], with a progress bar on a terminal and
 //! one summary line otherwise.
 
-use super::mount_setup::parse_size;
 use super::store_args::StoreArgs;
 use crate::mds::Compression;
 use crate::pack::{self, Dest, Format, PackOptions, Part, Progress};
@@ -25,7 +24,7 @@ pub struct PackArgs {
     pub dest: Option<String>,
     /// The input format (default: told from INPUT: .jsonl/.ndjson/.json files are jsonl,
     /// .tar files webdataset, a folder of folders imagefolder).
-    #[arg(long, value_name = "FORMAT", value_parser = parse_format)]
+    #[arg(long, value_name = "FORMAT")]
     pub format: Option<Format>,
     /// The columns to write, NAME:ENCODING,... (default: inferred; see docs/PACK.md). Fields
     /// of the input not listed are left out.
@@ -40,7 +39,7 @@ pub struct PackArgs {
     #[arg(long, value_name = "ALGO,...", value_delimiter = ',')]
     pub hashes: Vec<String>,
     /// Largest raw shard, in bytes (suffixes KiB, MiB, GiB), as MDSWriter's size_limit.
-    #[arg(long, value_name = "BYTES", value_parser = parse_size, default_value = "64MiB")]
+    #[arg(long, value_name = "BYTES", value_parser = crate::size::parse_size, default_value = "64MiB")]
     pub size_limit: u64,
     /// Pack slice K of N of the input (K from 0, as JOB_COMPLETION_INDEX and
     /// SLURM_ARRAY_TASK_ID count) into DEST/part-KKKKK/; then `pack --merge DEST`.
@@ -56,10 +55,6 @@ pub struct PackArgs {
     /// How to reach the object store (for a store URL DEST).
     #[command(flatten)]
     pub store: StoreArgs,
-}
-
-fn parse_format(s: &str) -> Result<Format, String> {
-    s.parse()
 }
 
 fn open_dest(arg: &str, store: &StoreArgs) -> Result<Dest> {
@@ -105,8 +100,7 @@ pub fn run(args: PackArgs) -> Result<()> {
         .columns
         .as_deref()
         .map(pack::columns::parse_columns)
-        .transpose()
-        .map_err(anyhow::Error::msg)?;
+        .transpose()?;
     let compression = args
         .compression
         .as_deref()

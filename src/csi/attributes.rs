@@ -221,6 +221,15 @@ fn trailing_number(name: &str) -> Option<u64> {
     digits.parse().ok()
 }
 
+/// A volume context of `(key, value)` pairs, for the csi modules' tests.
+#[cfg(test)]
+pub(crate) fn ctx(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -237,13 +246,6 @@ mod tests {
         .iter()
         .map(|s| s.to_string())
         .collect()
-    }
-
-    fn ctx(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
     }
 
     #[test]
@@ -277,27 +279,19 @@ mod tests {
     #[test]
     fn bad_attributes_are_refused_by_name() {
         let none = HashMap::new();
+        let refused =
+            |attrs: &[(&str, &str)]| mount_request(&ctx(attrs), &[], &none, &known()).unwrap_err();
         assert_eq!(
-            mount_request(&ctx(&[("shuffle", "true")]), &[], &none, &known()),
-            Err(AttributeError::MissingSource)
+            refused(&[("shuffle", "true")]),
+            AttributeError::MissingSource
         );
         assert_eq!(
-            mount_request(
-                &ctx(&[("source", "x"), ("colour", "red")]),
-                &[],
-                &none,
-                &known()
-            ),
-            Err(AttributeError::Unknown("colour".into()))
+            refused(&[("source", "x"), ("colour", "red")]),
+            AttributeError::Unknown("colour".into())
         );
         assert_eq!(
-            mount_request(
-                &ctx(&[("source", "x"), ("cacheDir", "/etc")]),
-                &[],
-                &none,
-                &known()
-            ),
-            Err(AttributeError::Owned("cacheDir".into()))
+            refused(&[("source", "x"), ("cacheDir", "/etc")]),
+            AttributeError::Owned("cacheDir".into())
         );
         let bad_secret = ctx(&[("AWS KEY", "x")]);
         assert!(matches!(

@@ -8,6 +8,7 @@
 //! A mount that still does not fit is refused (ResourceExhausted: kubelet retries it, and it
 //! succeeds once other volumes are unpublished).
 
+use crate::size::{parse_size, SizeError};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -23,19 +24,19 @@ pub enum Amount {
 
 impl Amount {
     /// Parses `50%`, `200GiB`, `1.5TB`, `4096`.
-    pub fn parse(s: &str) -> Result<Amount, String> {
+    pub fn parse(s: &str) -> Result<Amount, AmountError> {
         let t = s.trim();
         if let Some(p) = t.strip_suffix('%') {
             let v: f64 = p
                 .trim()
                 .parse()
-                .map_err(|_| format!("not a percentage: {s:?}"))?;
+                .map_err(|_| AmountError::NotAPercentage(s.to_string()))?;
             if !(v > 0.0 && v <= 100.0) {
-                return Err(format!("percentage out of range (0, 100]: {s:?}"));
+                return Err(AmountError::PercentageOutOfRange(s.to_string()));
             }
             return Ok(Amount::Percent(v));
         }
-        parse_size(t).map(Amount::Bytes)
+        Ok(Amount::Bytes(parse_size(t)?))
     }
 
     /// The amount in bytes, for a filesystem of `disk` bytes.
@@ -47,31 +48,18 @@ impl Amount {
     }
 }
 
-/// Parses `10GiB`, `512MiB`, `1.5GB`, `4096` into bytes (the units of `--cache-limit`).
-pub fn parse_size(s: &str) -> Result<u64, String> {
-    let t = s.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().map_err(|_| format!("not a size: {s:?}"))?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kib" => 1024.0,
-        "m" | "mib" => 1024f64.powi(2),
-        "g" | "gib" => 1024f64.powi(3),
-        "t" | "tib" => 1024f64.powi(4),
-        "kb" => 1e3,
-        "mb" => 1e6,
-        "gb" => 1e9,
-        "tb" => 1e12,
-        other => return Err(format!("unknown size unit {other:?} in {s:?}")),
-    };
-    let v = n * mult;
-    if !v.is_finite() || v < 0.0 || v > u64::MAX as f64 {
-        return Err(format!("size out of range: {s:?}"));
-    }
-    Ok(v as u64)
+/// Why a text is not an [`Amount`].
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AmountError {
+    /// `…%` with no number before the `%`.
+    #[error("not a percentage: {0:?}")]
+    NotAPercentage(String),
+    /// A percentage of 0 or less, or above 100.
+    #[error("percentage out of range (0, 100]: {0:?}")]
+    PercentageOutOfRange(String),
+    /// Not a size either.
+    #[error(transparent)]
+    Size(#[from] SizeError),
 }
 
 /// Why a volume's cache does not fit.
@@ -89,7 +77,7 @@ pub enum BudgetError {
     },
     /// A bad `cacheLimit` value.
     #[error("volume attribute `cacheLimit`: {0}")]
-    BadLimit(String),
+    BadLimit(SizeError),
 }
 
 /// The budget of one plugin process.

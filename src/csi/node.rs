@@ -185,7 +185,7 @@ impl NodeService {
         let given = flags
             .iter()
             .find_map(|f| f.strip_prefix("--cache-limit="))
-            .map(cache_budget::parse_size);
+            .map(crate::size::parse_size);
         let limit = match given {
             Some(Ok(l)) => l,
             Some(Err(e)) => {

@@ -99,6 +99,15 @@ pub enum IdentityError {
     WithSecret,
 }
 
+/// One audience's entry of `csi.storage.k8s.io/serviceAccount.tokens`
+/// (`{"token": "...", "expirationTimestamp": "..."}`); only the token is used.
+#[derive(Debug, serde::Deserialize)]
+struct ServiceAccountToken {
+    /// The token; an entry without one counts as no token for that audience.
+    #[serde(default)]
+    token: Option<String>,
+}
+
 /// The credentials a pod brings for one volume.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PodIdentity {
@@ -128,15 +137,13 @@ impl PodIdentity {
             .get(TOKENS)
             .filter(|t| !t.trim().is_empty())
             .ok_or(IdentityError::NoToken)?;
-        let tokens: HashMap<String, serde_json::Value> =
+        let tokens: HashMap<String, ServiceAccountToken> =
             serde_json::from_str(raw).map_err(|e| IdentityError::BadTokens(e.to_string()))?;
         let token_of = |aud: &str| {
             tokens
                 .get(aud)
-                .and_then(|v| v.get("token"))
-                .and_then(|t| t.as_str())
+                .and_then(|t| t.token.clone())
                 .filter(|t| !t.is_empty())
-                .map(str::to_string)
         };
         let attr = |name: &str| {
             context
@@ -260,14 +267,8 @@ pub fn plugin_credential_vars() -> &'static [&'static str] {
 
 #[cfg(test)]
 mod tests {
+    use super::super::attributes::ctx;
     use super::*;
-
-    fn ctx(pairs: &[(&str, &str)]) -> HashMap<String, String> {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), v.to_string()))
-            .collect()
-    }
 
     #[test]
     fn the_pods_sts_token_becomes_a_web_identity() {

@@ -29,35 +29,58 @@ pub(crate) fn escape(s: &str, out: &mut String) {
     out.push('"');
 }
 
+/// Items between `open` and `close`, separated by `", "` as `json.dumps` separates them;
+/// `each` writes one item.
+fn write_joined<T>(
+    open: char,
+    items: impl IntoIterator<Item = T>,
+    close: char,
+    out: &mut String,
+    mut each: impl FnMut(T, &mut String),
+) {
+    out.push(open);
+    for (k, item) in items.into_iter().enumerate() {
+        if k > 0 {
+            out.push_str(", ");
+        }
+        each(item, out);
+    }
+    out.push(close);
+}
+
+/// A list as `json.dumps` writes it; `each` writes one item.
+pub(crate) fn write_list<T>(
+    items: impl IntoIterator<Item = T>,
+    out: &mut String,
+    each: impl FnMut(T, &mut String),
+) {
+    write_joined('[', items, ']', out, each);
+}
+
+/// A dict as `json.dumps` writes it, keys in the order given; `each` writes one value.
+pub(crate) fn write_dict<'k, T>(
+    items: impl IntoIterator<Item = (&'k str, T)>,
+    out: &mut String,
+    mut each: impl FnMut(T, &mut String),
+) {
+    write_joined('{', items, '}', out, |(key, value), out| {
+        escape(key, out);
+        out.push_str(": ");
+        each(value, out);
+    });
+}
+
 fn write(v: &Value, out: &mut String) {
     match v {
         Value::Null => out.push_str("null"),
         Value::Bool(b) => out.push_str(if *b { "true" } else { "false" }),
         Value::Number(n) => out.push_str(&n.to_string()),
         Value::String(s) => escape(s, out),
-        Value::Array(items) => {
-            out.push('[');
-            for (k, item) in items.iter().enumerate() {
-                if k > 0 {
-                    out.push_str(", ");
-                }
-                write(item, out);
-            }
-            out.push(']');
-        }
+        Value::Array(items) => write_list(items, out, write),
         Value::Object(map) => {
             let mut keys: Vec<&String> = map.keys().collect();
             keys.sort();
-            out.push('{');
-            for (k, key) in keys.into_iter().enumerate() {
-                if k > 0 {
-                    out.push_str(", ");
-                }
-                escape(key, out);
-                out.push_str(": ");
-                write(&map[key], out);
-            }
-            out.push('}');
+            write_dict(keys.into_iter().map(|k| (k.as_str(), &map[k])), out, write);
         }
     }
 }

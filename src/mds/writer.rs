@@ -182,6 +182,10 @@ impl ShardSpec {
     }
 }
 
+/// One shard's `index.json` entry, as MDSWriter writes it (JSON is the format itself: the
+/// entry is written key-sorted by [`index_json`] and read back by [`crate::mds::Index`]).
+pub type IndexEntry = Value;
+
 /// One raw (uncompressed) shard, cut by [`ShardBuilder`].
 #[derive(Debug)]
 pub struct RawShard {
@@ -205,7 +209,7 @@ pub struct SealedShard {
     /// The raw bytes when `file` holds compressed ones (None when the file is the raw shard).
     pub raw: Option<Vec<u8>>,
     /// The shard's `index.json` entry.
-    pub entry: Value,
+    pub entry: IndexEntry,
 }
 
 impl SealedShard {
@@ -216,7 +220,7 @@ impl SealedShard {
 }
 
 /// `index.json` over the shard entries, in shard order, as MDSWriter writes it.
-pub fn index_json(entries: &[Value]) -> Vec<u8> {
+pub fn index_json(entries: &[IndexEntry]) -> Vec<u8> {
     dumps_sorted(&json!({"shards": entries, "version": 2})).into_bytes()
 }
 

@@ -7,6 +7,7 @@
 //! encoding, as `mds_encode` does. Where Python would quietly do something surprising
 //! (`np.int64(2.5)` is 2) the pack stops with an error instead.
 
+use super::error::OptionError;
 use super::pyvalue::{dumps, float_repr, PyValue};
 use crate::mds::render::float::{f64_text, f64_to_f16};
 use crate::mds::{Dtype, Encoding};
@@ -22,27 +23,30 @@ pub enum Field {
 
 /// Parses `--columns`: comma-separated `NAME:ENCODING` pairs (an encoding may itself hold
 /// colons, e.g. `ndarray:uint8:3,4` is not supported here; names may not hold `:` or `,`).
-pub fn parse_columns(spec: &str) -> Result<Vec<(String, Encoding)>, String> {
+pub fn parse_columns(spec: &str) -> Result<Vec<(String, Encoding)>, OptionError> {
     let mut out: Vec<(String, Encoding)> = Vec::new();
     for item in spec.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, enc) = item
             .split_once(':')
-            .ok_or_else(|| format!("--columns: {item:?} is not NAME:ENCODING"))?;
+            .ok_or_else(|| OptionError::NotAColumn(item.to_string()))?;
         let name = name.trim();
         if name.is_empty() {
-            return Err(format!("--columns: {item:?} has an empty name"));
+            return Err(OptionError::EmptyColumnName(item.to_string()));
         }
         let enc: Encoding = enc
             .trim()
             .parse()
-            .map_err(|e| format!("--columns: {item:?}: {e}"))?;
+            .map_err(|error| OptionError::ColumnEncoding {
+                item: item.to_string(),
+                error,
+            })?;
         if out.iter().any(|(n, _)| n == name) {
-            return Err(format!("--columns: column {name:?} is given twice"));
+            return Err(OptionError::ColumnTwice(name.to_string()));
         }
         out.push((name.to_string(), enc));
     }
     if out.is_empty() {
-        return Err("--columns: no column given".into());
+        return Err(OptionError::NoColumn);
     }
     Ok(out)
 }
@@ -70,46 +74,123 @@ pub fn widen(seen: &Encoding, new: &Encoding) -> Option<Encoding> {
     }
 }
 
-fn int_of(text: &str) -> Result<i128, String> {
-    text.parse::<i128>()
-        .map_err(|_| format!("integer {text} does not fit in 64 bits"))
+/// Why a value cannot be stored in its column (the pack names the column and the place).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValueError {
+    /// A value of the wrong Python type.
+    #[error("expected {wanted}, found {found}")]
+    WrongType {
+        /// What the encoding takes: `a string`, `an integer`, `a float`, `a number`.
+        wanted: &'static str,
+        /// The Python type found.
+        found: &'static str,
+    },
+    /// A non-integer for an integer encoding.
+    #[error("expected an integer for {dtype}, found {found}")]
+    NotAnInteger {
+        /// The encoding's numpy dtype (`int` for MDS's `int`).
+        dtype: &'static str,
+        /// The Python type found.
+        found: &'static str,
+    },
+    /// A float for an integer encoding (numpy would truncate it).
+    #[error("expected an integer for {dtype}, found the float {}", float_repr(*.value))]
+    FloatForInteger {
+        /// The encoding's numpy dtype.
+        dtype: &'static str,
+        /// The float found.
+        value: f64,
+    },
+    /// An integer wider than any encoding holds.
+    #[error("integer {0} does not fit in 64 bits")]
+    TooWide(String),
+    /// An integer outside its dtype's range.
+    #[error("{value} is out of range for {dtype}")]
+    OutOfRange {
+        /// The integer.
+        value: i128,
+        /// The encoding's numpy dtype.
+        dtype: &'static str,
+    },
+    /// An encoding a pack cannot produce from a Python value.
+    #[error(
+        "a {found} value cannot be stored as {encoding}; choose str, int, float64, json or \
+         bytes with --columns"
+    )]
+    Unsupported {
+        /// The Python type of the value.
+        found: &'static str,
+        /// The column's encoding.
+        encoding: Encoding,
+    },
+    /// Bytes for a `jpeg` column that are not a JPEG file.
+    #[error("not a JPEG file (it does not start with FF D8 FF)")]
+    NotJpeg,
+    /// Bytes for a `png` column that are not a PNG file.
+    #[error("not a PNG file (no PNG signature)")]
+    NotPng,
+    /// Bytes for a `str` or `json` column that are not UTF-8 text.
+    #[error("not UTF-8 text")]
+    NotUtf8,
 }
 
-fn number_of(v: &PyValue) -> Result<f64, String> {
+fn wrong_type(wanted: &'static str, v: &PyValue) -> ValueError {
+    ValueError::WrongType {
+        wanted,
+        found: v.type_name(),
+    }
+}
+
+fn number_of(v: &PyValue) -> Result<f64, ValueError> {
     match v {
         // Correctly rounded, as Python's float(int) is.
-        PyValue::Int(t) => t.parse::<f64>().map_err(|_| format!("bad integer {t}")),
+        PyValue::Int(t) => t.parse::<f64>().map_err(|_| ValueError::TooWide(t.clone())),
         PyValue::Float(x) => Ok(*x),
         PyValue::Bool(b) => Ok(f64::from(u8::from(*b))),
-        other => Err(format!("expected a number, found {}", other.type_name())),
+        other => Err(wrong_type("a number", other)),
     }
 }
 
-fn integer_of(v: &PyValue, dtype: &str) -> Result<i128, String> {
-    match v {
-        PyValue::Int(t) => int_of(t),
-        PyValue::Bool(b) => Ok(i128::from(*b)),
-        PyValue::Float(x) => Err(format!(
-            "expected an integer for {dtype}, found the float {}",
-            float_repr(*x)
-        )),
-        other => Err(format!(
-            "expected an integer for {dtype}, found {}",
-            other.type_name()
-        )),
-    }
-}
-
-fn ranged(x: i128, lo: i128, hi: i128, dtype: &str) -> Result<i128, String> {
+/// `v` as an integer within `[lo, hi]`, the range of `dtype`.
+fn integer_of(v: &PyValue, dtype: &'static str, lo: i128, hi: i128) -> Result<i128, ValueError> {
+    let x = match v {
+        PyValue::Int(t) => t
+            .parse::<i128>()
+            .map_err(|_| ValueError::TooWide(t.clone()))?,
+        PyValue::Bool(b) => i128::from(*b),
+        PyValue::Float(x) => return Err(ValueError::FloatForInteger { dtype, value: *x }),
+        other => {
+            return Err(ValueError::NotAnInteger {
+                dtype,
+                found: other.type_name(),
+            })
+        }
+    };
     if (lo..=hi).contains(&x) {
         Ok(x)
     } else {
-        Err(format!("{x} is out of range for {dtype}"))
+        Err(ValueError::OutOfRange { value: x, dtype })
+    }
+}
+
+/// Checks that stored bytes are what their column's encoding says: a JPEG or PNG file's
+/// signature, UTF-8 for `str` and `json`. Other encodings take any bytes.
+pub fn check_stored(enc: &Encoding, bytes: &[u8]) -> Result<(), ValueError> {
+    match enc {
+        Encoding::Jpeg { .. } if !bytes.starts_with(&[0xff, 0xd8, 0xff]) => {
+            Err(ValueError::NotJpeg)
+        }
+        Encoding::Png if !bytes.starts_with(b"\x89PNG\r\n\x1a\n") => Err(ValueError::NotPng),
+        Encoding::Str | Encoding::Json if std::str::from_utf8(bytes).is_err() => {
+            Err(ValueError::NotUtf8)
+        }
+        _ => Ok(()),
     }
 }
 
 /// Appends the bytes MDSWriter stores for `field` in a column of encoding `enc`.
-pub fn encode(enc: &Encoding, field: &Field, out: &mut Vec<u8>) -> Result<(), String> {
+pub fn encode(enc: &Encoding, field: &Field, out: &mut Vec<u8>) -> Result<(), ValueError> {
     match field {
         Field::Raw(bytes) => {
             out.extend_from_slice(bytes);
@@ -120,11 +201,11 @@ pub fn encode(enc: &Encoding, field: &Field, out: &mut Vec<u8>) -> Result<(), St
 }
 
 /// Appends the bytes MDSWriter stores for the Python value `v` in a column of encoding `enc`.
-pub fn encode_py(enc: &Encoding, v: &PyValue, out: &mut Vec<u8>) -> Result<(), String> {
+pub fn encode_py(enc: &Encoding, v: &PyValue, out: &mut Vec<u8>) -> Result<(), ValueError> {
     match enc {
         Encoding::Str | Encoding::Bytes => match v {
             PyValue::Str(s) => out.extend_from_slice(s.as_bytes()),
-            other => return Err(format!("expected a string, found {}", other.type_name())),
+            other => return Err(wrong_type("a string", other)),
         },
         Encoding::Json => {
             let mut s = String::new();
@@ -132,48 +213,38 @@ pub fn encode_py(enc: &Encoding, v: &PyValue, out: &mut Vec<u8>) -> Result<(), S
             out.extend_from_slice(s.as_bytes());
         }
         Encoding::Int => {
-            let x = ranged(
-                integer_of(v, "int")?,
-                i64::MIN.into(),
-                i64::MAX.into(),
-                "int",
-            )?;
+            let x = integer_of(v, "int", i64::MIN.into(), i64::MAX.into())?;
             out.extend_from_slice(&(x as i64).to_le_bytes());
         }
         Encoding::StrInt => match v {
             PyValue::Int(t) => out.extend_from_slice(t.as_bytes()),
-            other => return Err(format!("expected an integer, found {}", other.type_name())),
+            other => return Err(wrong_type("an integer", other)),
         },
         Encoding::StrFloat => match v {
             PyValue::Float(x) => out.extend_from_slice(f64_text(*x).as_bytes()),
-            other => return Err(format!("expected a float, found {}", other.type_name())),
+            other => return Err(wrong_type("a float", other)),
         },
-        Encoding::Scalar(d) => {
-            let name = d.name();
-            match d {
-                Dtype::F64 => out.extend_from_slice(&number_of(v)?.to_le_bytes()),
-                Dtype::F32 => out.extend_from_slice(&(number_of(v)? as f32).to_le_bytes()),
-                Dtype::F16 => out.extend_from_slice(&f64_to_f16(number_of(v)?).to_le_bytes()),
-                _ => {
-                    let x = integer_of(v, name)?;
-                    let bytes = d.itemsize();
-                    let (lo, hi): (i128, i128) = match d {
-                        Dtype::U8 | Dtype::U16 | Dtype::U32 | Dtype::U64 => {
-                            (0, (1i128 << (8 * bytes)) - 1)
-                        }
-                        _ => (-(1i128 << (8 * bytes - 1)), (1i128 << (8 * bytes - 1)) - 1),
-                    };
-                    let x = ranged(x, lo, hi, name)?;
-                    out.extend_from_slice(&x.to_le_bytes()[..bytes]);
-                }
+        Encoding::Scalar(d) => match d {
+            Dtype::F64 => out.extend_from_slice(&number_of(v)?.to_le_bytes()),
+            Dtype::F32 => out.extend_from_slice(&(number_of(v)? as f32).to_le_bytes()),
+            Dtype::F16 => out.extend_from_slice(&f64_to_f16(number_of(v)?).to_le_bytes()),
+            _ => {
+                let bytes = d.itemsize();
+                let (lo, hi): (i128, i128) = match d {
+                    Dtype::U8 | Dtype::U16 | Dtype::U32 | Dtype::U64 => {
+                        (0, (1i128 << (8 * bytes)) - 1)
+                    }
+                    _ => (-(1i128 << (8 * bytes - 1)), (1i128 << (8 * bytes - 1)) - 1),
+                };
+                let x = integer_of(v, d.name(), lo, hi)?;
+                out.extend_from_slice(&x.to_le_bytes()[..bytes]);
             }
-        }
+        },
         other => {
-            return Err(format!(
-                "a {} value cannot be stored as {other}; choose str, int, float64, json or \
-                 bytes with --columns",
-                v.type_name()
-            ))
+            return Err(ValueError::Unsupported {
+                found: v.type_name(),
+                encoding: other.clone(),
+            })
         }
     }
     Ok(())
@@ -183,7 +254,7 @@ pub fn encode_py(enc: &Encoding, v: &PyValue, out: &mut Vec<u8>) -> Result<(), S
 mod tests {
     use super::*;
 
-    fn enc(e: &str, v: &str) -> Result<Vec<u8>, String> {
+    fn enc(e: &str, v: &str) -> Result<Vec<u8>, ValueError> {
         let mut out = Vec::new();
         let v = super::super::pyvalue::loads(v.as_bytes()).unwrap();
         encode(&e.parse().unwrap(), &Field::Py(v), &mut out).map(|()| out)

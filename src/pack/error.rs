@@ -1,6 +1,9 @@
 //! The one error type of `pack`: every failure names the file (and the line or tar member)
 //! it comes from, so a user can fix the input and run the pack again.
 
+use super::columns::ValueError;
+use super::pyvalue::JsonError;
+use crate::mds::Encoding;
 use thiserror::Error;
 
 /// Everything that can stop a pack.
@@ -8,12 +11,12 @@ use thiserror::Error;
 #[non_exhaustive]
 pub enum PackError {
     /// Bad input data: `where_` is `path`, `path:line` or `path (member NAME)`.
-    #[error("{where_}: {why}")]
+    #[error("{where_}: {what}")]
     Input {
         /// The file and the line or member.
         where_: String,
-        /// What is wrong there.
-        why: String,
+        /// What is wrong there (boxed: it is large, and rare).
+        what: Box<InputError>,
     },
     /// A file or folder that cannot be read or written.
     #[error("{path}: {source}")]
@@ -26,6 +29,9 @@ pub enum PackError {
     /// Options that do not fit together or do not fit the input.
     #[error("{0}")]
     Options(String),
+    /// An option text that does not parse.
+    #[error(transparent)]
+    Option(#[from] OptionError),
     /// The destination is not in a state a pack may write to.
     #[error("{0}")]
     Dest(String),
@@ -37,12 +43,178 @@ pub enum PackError {
     Store(#[from] crate::store::StoreError),
 }
 
+/// What is wrong at one place of the input (the file, line or member is in
+/// [`PackError::Input`]).
+#[derive(Debug, Error)]
+#[non_exhaustive]
+pub enum InputError {
+    /// A file name that is not UTF-8.
+    #[error("the name is not UTF-8")]
+    NameNotUtf8,
+    /// An ImageFolder class folder without images.
+    #[error("class folder holds no image file")]
+    EmptyClass,
+    /// A JSON Lines line that is not JSON.
+    #[error("not JSON: {0}")]
+    NotJson(JsonError),
+    /// A JSON Lines line that is JSON but not an object.
+    #[error("expected a JSON object, found {0}")]
+    NotAnObject(&'static str),
+    /// A field whose type differs from the one an earlier line gave it.
+    #[error(
+        "field {field:?} is {found} here but {before} at {at}; give its encoding with \
+         --columns (json keeps any value)"
+    )]
+    FieldChangesType {
+        /// The field.
+        field: String,
+        /// Its Python type here.
+        found: &'static str,
+        /// The encoding the earlier line suggested.
+        before: Encoding,
+        /// Where that line is (`path:line`).
+        at: String,
+    },
+    /// An object without one of the columns.
+    #[error("the object has no field {0:?}")]
+    MissingField(String),
+    /// A field that cannot be stored with its column's encoding.
+    #[error("field {field:?} ({encoding}): {error}")]
+    Field {
+        /// The field.
+        field: String,
+        /// Its column's encoding.
+        encoding: Encoding,
+        /// Why.
+        error: ValueError,
+    },
+    /// A field the lines the columns were inferred from did not have.
+    #[error(
+        "field {0:?} first appears here, after the lines the columns were inferred from; give \
+         the columns with --columns"
+    )]
+    LateField(String),
+    /// A column value (ImageFolder) that cannot be stored with its encoding.
+    #[error("column {column:?}: {error}")]
+    Column {
+        /// The column.
+        column: String,
+        /// Why.
+        error: ValueError,
+    },
+    /// A value that cannot be stored, where the place says which one it is.
+    #[error("{0}")]
+    Value(ValueError),
+    /// A tar file that ends early.
+    #[error(
+        "the tar ends in the middle of {} (offset {offset})",
+        if *.in_member { "this member" } else { "a header" }
+    )]
+    TarCut {
+        /// In a member's data (else in a header).
+        in_member: bool,
+        /// The offset in the tar where it ends.
+        offset: u64,
+    },
+    /// A tar member larger than memory can address.
+    #[error("member too large")]
+    MemberTooLarge,
+    /// A tar header that does not parse.
+    #[error("offset {offset}: {fault}")]
+    TarHeader {
+        /// The header's offset in the tar.
+        offset: u64,
+        /// What is wrong with it.
+        fault: TarFault,
+    },
+    /// Two members with the same extension in one sample.
+    #[error("a second .{ext} member for the sample {key:?}")]
+    SecondMember {
+        /// The sample key.
+        key: String,
+        /// The extension.
+        ext: String,
+    },
+    /// A sample without one of the columns.
+    #[error("the sample {key:?} has no .{ext} member")]
+    MissingMember {
+        /// The sample key.
+        key: String,
+        /// The column (extension).
+        ext: String,
+    },
+    /// A member that cannot be stored with its column's encoding.
+    #[error("{key}.{ext}: {error}")]
+    Member {
+        /// The sample key.
+        key: String,
+        /// The column (extension).
+        ext: String,
+        /// Why.
+        error: ValueError,
+    },
+    /// A member the samples the columns were inferred from did not have.
+    #[error(
+        "the sample {key:?} has a .{ext} member, which the samples the columns were inferred \
+         from did not have; give the columns with --columns"
+    )]
+    LateMember {
+        /// The sample key.
+        key: String,
+        /// The extension.
+        ext: String,
+    },
+}
+
+/// What is wrong with a tar header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Error)]
+pub enum TarFault {
+    /// The header's checksum does not match its bytes.
+    #[error("not a tar header (checksum mismatch)")]
+    Checksum,
+    /// The size field is not an octal number.
+    #[error("bad size field")]
+    Size,
+}
+
+/// Why a pack option text (`--columns`, `--format`, `--part`) is refused.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum OptionError {
+    /// A `--columns` item without a `:`.
+    #[error("--columns: {0:?} is not NAME:ENCODING")]
+    NotAColumn(String),
+    /// A `--columns` item with no name before the `:`.
+    #[error("--columns: {0:?} has an empty name")]
+    EmptyColumnName(String),
+    /// A `--columns` item whose encoding MDS does not know.
+    #[error("--columns: {item:?}: {error}")]
+    ColumnEncoding {
+        /// The item.
+        item: String,
+        /// Why the encoding is refused.
+        error: crate::mds::MdsError,
+    },
+    /// A column named twice.
+    #[error("--columns: column {0:?} is given twice")]
+    ColumnTwice(String),
+    /// An empty `--columns`.
+    #[error("--columns: no column given")]
+    NoColumn,
+    /// A `--format` that is none of the formats.
+    #[error("unknown format {0:?} (imagefolder, jsonl, parquet, webdataset)")]
+    Format(String),
+    /// A `--part` that is not `K/N`.
+    #[error("--part {0:?}: expected K/N with 0 <= K < N, e.g. 0/4")]
+    Part(String),
+}
+
 impl PackError {
     /// Bad input at `where_`.
-    pub fn input(where_: impl Into<String>, why: impl Into<String>) -> PackError {
+    pub fn input(where_: impl Into<String>, what: InputError) -> PackError {
         PackError::Input {
             where_: where_.into(),
-            why: why.into(),
+            what: Box::new(what),
         }
     }
 

@@ -12,8 +12,8 @@
 //! PNG column checks each file's signature, so a file that is not the image it claims to be
 //! stops the pack with its name. `--part K/N` packs images `[K·n/N, (K+1)·n/N)` of the n.
 
-use super::columns::{encode, Field};
-use super::error::{PackError, Result};
+use super::columns::{check_stored, encode, Field};
+use super::error::{InputError, PackError, Result};
 use super::pyvalue::PyValue;
 use super::source::SampleSource;
 use crate::mds::Encoding;
@@ -48,7 +48,7 @@ fn sorted_entries(dir: &Path) -> Result<Vec<(String, bool, u64)>> {
         let Some(name) = entry.file_name().to_str().map(str::to_string) else {
             return Err(PackError::input(
                 path.display().to_string(),
-                "the name is not UTF-8",
+                InputError::NameNotUtf8,
             ));
         };
         // Follow links, as os.walk(followlinks=True) does.
@@ -103,7 +103,7 @@ pub fn list(root: &Path) -> Result<Vec<Image>> {
         if images.len() == before {
             return Err(PackError::input(
                 root.join(class).display().to_string(),
-                "class folder holds no image file",
+                InputError::EmptyClass,
             ));
         }
     }
@@ -177,18 +177,6 @@ impl ImageFolderSource {
     }
 }
 
-fn check_signature(enc: &Encoding, bytes: &[u8]) -> std::result::Result<(), String> {
-    match enc {
-        Encoding::Jpeg { .. } if !bytes.starts_with(&[0xff, 0xd8, 0xff]) => {
-            Err("not a JPEG file (it does not start with FF D8 FF)".into())
-        }
-        Encoding::Png if !bytes.starts_with(b"\x89PNG\r\n\x1a\n") => {
-            Err("not a PNG file (no PNG signature)".into())
-        }
-        _ => Ok(()),
-    }
-}
-
 impl SampleSource for ImageFolderSource {
     fn next_sample(&mut self, out: &mut [Vec<u8>]) -> Result<bool> {
         if self.next >= self.end {
@@ -202,18 +190,22 @@ impl SampleSource for ImageFolderSource {
                 "image" => {
                     let bytes =
                         std::fs::read(&path).map_err(|e| PackError::io(path.display(), e))?;
-                    check_signature(enc, &bytes)
-                        .map_err(|why| PackError::input(path.display().to_string(), why))?;
+                    check_stored(enc, &bytes).map_err(|e| {
+                        PackError::input(path.display().to_string(), InputError::Value(e))
+                    })?;
                     self.consumed += bytes.len() as u64;
                     Field::Raw(bytes)
                 }
                 "label" => Field::Py(PyValue::Int(image.label.to_string())),
                 _ => Field::Py(PyValue::Str(image.rel.clone())),
             };
-            encode(enc, &field, &mut out[k]).map_err(|why| {
+            encode(enc, &field, &mut out[k]).map_err(|error| {
                 PackError::input(
                     path.display().to_string(),
-                    format!("column {name:?}: {why}"),
+                    InputError::Column {
+                        column: name.clone(),
+                        error,
+                    },
                 )
             })?;
         }

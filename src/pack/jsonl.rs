@@ -17,7 +17,7 @@
 //! cover every line, and keep its order.
 
 use super::columns::{encode_py, infer, widen};
-use super::error::{PackError, Result};
+use super::error::{InputError, PackError, Result};
 use super::pyvalue::{loads, PyValue};
 use super::source::{InputFile, SampleSource};
 use crate::mds::Encoding;
@@ -48,9 +48,9 @@ fn parse_object(line: &[u8], where_: impl Fn() -> String) -> Result<Vec<(String,
         Ok(PyValue::Dict(items)) => Ok(items),
         Ok(other) => Err(PackError::input(
             where_(),
-            format!("expected a JSON object, found {}", other.type_name()),
+            InputError::NotAnObject(other.type_name()),
         )),
-        Err(e) => Err(PackError::input(where_(), format!("not JSON: {e}"))),
+        Err(e) => Err(PackError::input(where_(), InputError::NotJson(e))),
     }
 }
 
@@ -91,12 +91,12 @@ pub fn infer_columns(files: &[InputFile]) -> Result<Vec<(String, Encoding)>> {
                             None => {
                                 return Err(PackError::input(
                                     here(),
-                                    format!(
-                                        "field {name:?} is {} here but {old} at {}; give its \
-                                         encoding with --columns (json keeps any value)",
-                                        v.type_name(),
-                                        slot.2
-                                    ),
+                                    InputError::FieldChangesType {
+                                        field: name,
+                                        found: v.type_name(),
+                                        before: old.clone(),
+                                        at: slot.2.clone(),
+                                    },
                                 ))
                             }
                         },
@@ -258,13 +258,17 @@ impl SampleSource for JsonlSource {
                 let Some((_, v)) = items.iter().find(|(key, _)| key == name) else {
                     return Err(PackError::input(
                         self.where_(file, number),
-                        format!("the object has no field {name:?}"),
+                        InputError::MissingField(name.clone()),
                     ));
                 };
-                encode_py(enc, v, &mut out[k]).map_err(|why| {
+                encode_py(enc, v, &mut out[k]).map_err(|error| {
                     PackError::input(
                         self.where_(file, number),
-                        format!("field {name:?} ({enc}): {why}"),
+                        InputError::Field {
+                            field: name.clone(),
+                            encoding: enc.clone(),
+                            error,
+                        },
                     )
                 })?;
             }
@@ -275,10 +279,7 @@ impl SampleSource for JsonlSource {
                 {
                     return Err(PackError::input(
                         self.where_(file, number),
-                        format!(
-                            "field {extra:?} first appears here, after the lines the columns \
-                             were inferred from; give the columns with --columns"
-                        ),
+                        InputError::LateField(extra.clone()),
                     ));
                 }
             }

@@ -29,7 +29,7 @@ pub mod source;
 pub mod webdataset;
 
 pub use dest::Dest;
-pub use error::{PackError, Result};
+pub use error::{InputError, OptionError, PackError, Result, TarFault};
 pub use merge::merge;
 pub use source::{Format, SampleSource};
 
@@ -66,9 +66,9 @@ impl Part {
 }
 
 impl std::str::FromStr for Part {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Part, String> {
-        let bad = || format!("--part {s:?}: expected K/N with 0 <= K < N, e.g. 0/4");
+    type Err = OptionError;
+    fn from_str(s: &str) -> std::result::Result<Part, OptionError> {
+        let bad = || OptionError::Part(s.to_string());
         let (k, n) = s.split_once('/').ok_or_else(bad)?;
         let (k, n): (usize, usize) = (
             k.trim().parse().map_err(|_| bad())?,
@@ -224,8 +224,17 @@ fn open_source(
     }
 }
 
-/// What a worker reports for one shard: its number, index entry, stored file and raw size.
-type Stored = (usize, serde_json::Value, String, u64);
+/// What a worker reports for one shard it stored.
+struct Stored {
+    /// The shard's number.
+    number: usize,
+    /// Its `index.json` entry, as [`ShardSpec::seal`] wrote it.
+    entry: crate::mds::writer::IndexEntry,
+    /// The stored file's name.
+    basename: String,
+    /// The stored file's size (compressed when compression is on).
+    bytes: u64,
+}
 
 /// Packs `opts.input` into `opts.dest` (or its part folder); see the module note.
 pub fn pack(opts: &PackOptions, progress: &Progress) -> Result<PackSummary> {
@@ -269,8 +278,12 @@ pub fn pack(opts: &PackOptions, progress: &Progress) -> Result<PackSummary> {
             let Ok(raw) = next else { return };
             let stored = spec.seal(raw).map_err(PackError::from).and_then(|s| {
                 dest.put(&s.file.basename, &s.file.data)?;
-                let raw_len = s.raw_bytes().len() as u64;
-                Ok((s.number, s.entry, s.file.basename, raw_len))
+                Ok(Stored {
+                    number: s.number,
+                    entry: s.entry,
+                    bytes: s.file.data.len() as u64,
+                    basename: s.file.basename,
+                })
             });
             let bad = stored.is_err();
             if bad {
@@ -307,23 +320,15 @@ pub fn pack(opts: &PackOptions, progress: &Progress) -> Result<PackSummary> {
         return Err(e);
     }
     read?;
-    results.sort_by_key(|r| r.0);
-    let entries: Vec<serde_json::Value> = results.iter().map(|r| r.1.clone()).collect();
-    let keep: BTreeSet<String> = results.iter().map(|r| r.2.clone()).collect();
+    results.sort_by_key(|r| r.number);
+    let bytes = results.iter().map(|r| r.bytes).sum();
+    let keep: BTreeSet<String> = results.iter().map(|r| r.basename.clone()).collect();
+    let entries: Vec<_> = results.into_iter().map(|r| r.entry).collect();
     dest.finish(&index_json(&entries), &keep)?;
-    let bytes = results
-        .iter()
-        .map(|r| {
-            r.1["zip_data"]["bytes"]
-                .as_u64()
-                .or(r.1["raw_data"]["bytes"].as_u64())
-                .unwrap_or(r.3)
-        })
-        .sum();
     Ok(PackSummary {
         dest: dest.display(),
         samples: progress.samples.load(Ordering::Relaxed),
-        shards: results.len(),
+        shards: keep.len(),
         bytes,
         columns: spec
             .columns()

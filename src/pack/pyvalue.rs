@@ -9,7 +9,7 @@
 //! [`dumps`] then writes `json.dumps(obj)`: separators `", "` and `": "`, `ensure_ascii`
 //! escapes, floats as `repr()`.
 
-use crate::mds::pyjson::escape;
+use crate::mds::pyjson::{escape, write_dict, write_list};
 use crate::mds::render::float::f64_text;
 
 /// A JSON value as Python holds it after `json.loads`.
@@ -47,18 +47,64 @@ impl PyValue {
 }
 
 /// Why a text is not JSON, and the byte offset (within the text) where that was found.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{fault} (column {})", .offset + 1)]
 pub struct JsonError {
     /// Byte offset in the parsed text.
     pub offset: usize,
     /// What is wrong.
-    pub why: String,
+    pub fault: JsonFault,
 }
 
-impl std::fmt::Display for JsonError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{} (column {})", self.why, self.offset + 1)
-    }
+/// What [`loads`] found wrong (the wording follows Python's `json.JSONDecodeError`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum JsonFault {
+    /// More text after a complete value (also `01`, which Python reads as `0` then `1`).
+    #[error("extra data after the JSON value")]
+    ExtraData,
+    /// Nested deeper than 512 levels.
+    #[error("nesting too deep")]
+    TooDeep,
+    /// The text ends where a value should start.
+    #[error("expecting a value, found the end")]
+    EndInsteadOfValue,
+    /// Something that starts no JSON value.
+    #[error("expecting a value")]
+    ExpectedValue,
+    /// An object key that is not a double-quoted string.
+    #[error("expecting a property name in double quotes")]
+    ExpectedKey,
+    /// No `:` after an object key.
+    #[error("expecting ':' after a property name")]
+    ExpectedColon,
+    /// No `,` or `}` after an object member.
+    #[error("expecting ',' or '}}' in an object")]
+    ObjectSeparator,
+    /// No `,` or `]` after an array item.
+    #[error("expecting ',' or ']' in an array")]
+    ArraySeparator,
+    /// `\u` not followed by four hex digits.
+    #[error("invalid \\u escape")]
+    BadUnicodeEscape,
+    /// A string with no closing quote.
+    #[error("unterminated string")]
+    UnterminatedString,
+    /// A string whose bytes are not UTF-8.
+    #[error("string is not UTF-8")]
+    NotUtf8,
+    /// A `\uD800`-style escape without its pair.
+    #[error("unpaired surrogate escape (Python keeps it; shardfs cannot store it as UTF-8)")]
+    UnpairedSurrogate,
+    /// A backslash escape JSON does not have.
+    #[error("invalid escape")]
+    BadEscape,
+    /// A raw control character inside a string.
+    #[error("control character in a string")]
+    ControlCharacter,
+    /// A number that does not parse.
+    #[error("bad number")]
+    BadNumber,
 }
 
 /// Nesting deeper than this is refused (Python's own limit is near 1000 through recursion).
@@ -71,7 +117,7 @@ pub fn loads(text: &[u8]) -> Result<PyValue, JsonError> {
     let v = p.value(0)?;
     p.ws();
     if p.i != text.len() {
-        return Err(p.err("extra data after the JSON value"));
+        return Err(p.err(JsonFault::ExtraData));
     }
     Ok(v)
 }
@@ -82,10 +128,10 @@ struct Parser<'a> {
 }
 
 impl Parser<'_> {
-    fn err(&self, why: impl Into<String>) -> JsonError {
+    fn err(&self, fault: JsonFault) -> JsonError {
         JsonError {
             offset: self.i,
-            why: why.into(),
+            fault,
         }
     }
 
@@ -106,10 +152,10 @@ impl Parser<'_> {
 
     fn value(&mut self, depth: usize) -> Result<PyValue, JsonError> {
         if depth > MAX_DEPTH {
-            return Err(self.err("nesting too deep"));
+            return Err(self.err(JsonFault::TooDeep));
         }
         match self.s.get(self.i) {
-            None => Err(self.err("expecting a value, found the end")),
+            None => Err(self.err(JsonFault::EndInsteadOfValue)),
             Some(b'{') => self.object(depth),
             Some(b'[') => self.array(depth),
             Some(b'"') => self.string().map(PyValue::Str),
@@ -126,66 +172,70 @@ impl Parser<'_> {
                 } else if self.eat(b"Infinity") {
                     Ok(PyValue::Float(f64::INFINITY))
                 } else {
-                    Err(self.err("expecting a value"))
+                    Err(self.err(JsonFault::ExpectedValue))
                 }
             }
         }
     }
 
-    fn object(&mut self, depth: usize) -> Result<PyValue, JsonError> {
+    /// The items of a list or dict, from its opening bracket to `close`: `item` reads one,
+    /// items are separated by `,` (none after the last, as Python requires), and `missing`
+    /// is the fault when neither `,` nor `close` follows an item.
+    fn items(
+        &mut self,
+        close: u8,
+        missing: JsonFault,
+        mut item: impl FnMut(&mut Self) -> Result<(), JsonError>,
+    ) -> Result<(), JsonError> {
         self.i += 1;
-        let mut items: Vec<(String, PyValue)> = Vec::new();
         self.ws();
-        if self.eat(b"}") {
-            return Ok(PyValue::Dict(items));
+        if self.eat(&[close]) {
+            return Ok(());
         }
         loop {
             self.ws();
-            if self.s.get(self.i) != Some(&b'"') {
-                return Err(self.err("expecting a property name in double quotes"));
-            }
-            let key = self.string()?;
+            item(self)?;
             self.ws();
-            if !self.eat(b":") {
-                return Err(self.err("expecting ':' after a property name"));
+            if self.eat(b",") {
+                continue;
             }
-            self.ws();
-            let v = self.value(depth + 1)?;
+            if self.eat(&[close]) {
+                return Ok(());
+            }
+            return Err(self.err(missing));
+        }
+    }
+
+    fn object(&mut self, depth: usize) -> Result<PyValue, JsonError> {
+        let mut items: Vec<(String, PyValue)> = Vec::new();
+        self.items(b'}', JsonFault::ObjectSeparator, |p| {
+            if p.s.get(p.i) != Some(&b'"') {
+                return Err(p.err(JsonFault::ExpectedKey));
+            }
+            let key = p.string()?;
+            p.ws();
+            if !p.eat(b":") {
+                return Err(p.err(JsonFault::ExpectedColon));
+            }
+            p.ws();
+            let v = p.value(depth + 1)?;
             // A dict keeps a repeated key's first position and its last value.
             match items.iter_mut().find(|(k, _)| *k == key) {
                 Some(slot) => slot.1 = v,
                 None => items.push((key, v)),
             }
-            self.ws();
-            if self.eat(b",") {
-                continue;
-            }
-            if self.eat(b"}") {
-                return Ok(PyValue::Dict(items));
-            }
-            return Err(self.err("expecting ',' or '}' in an object"));
-        }
+            Ok(())
+        })?;
+        Ok(PyValue::Dict(items))
     }
 
     fn array(&mut self, depth: usize) -> Result<PyValue, JsonError> {
-        self.i += 1;
         let mut items = Vec::new();
-        self.ws();
-        if self.eat(b"]") {
-            return Ok(PyValue::List(items));
-        }
-        loop {
-            self.ws();
-            items.push(self.value(depth + 1)?);
-            self.ws();
-            if self.eat(b",") {
-                continue;
-            }
-            if self.eat(b"]") {
-                return Ok(PyValue::List(items));
-            }
-            return Err(self.err("expecting ',' or ']' in an array"));
-        }
+        self.items(b']', JsonFault::ArraySeparator, |p| {
+            items.push(p.value(depth + 1)?);
+            Ok(())
+        })?;
+        Ok(PyValue::List(items))
     }
 
     fn hex4(&mut self) -> Result<u32, JsonError> {
@@ -194,7 +244,7 @@ impl Parser<'_> {
             .get(self.i..self.i + 4)
             .and_then(|d| std::str::from_utf8(d).ok())
             .and_then(|d| u32::from_str_radix(d, 16).ok())
-            .ok_or_else(|| self.err("invalid \\u escape"))?;
+            .ok_or_else(|| self.err(JsonFault::BadUnicodeEscape))?;
         self.i += 4;
         Ok(digits)
     }
@@ -212,15 +262,15 @@ impl Parser<'_> {
             }
             out.extend_from_slice(&self.s[start..self.i]);
             match self.s.get(self.i) {
-                None => return Err(self.err("unterminated string")),
+                None => return Err(self.err(JsonFault::UnterminatedString)),
                 Some(b'"') => {
                     self.i += 1;
-                    return String::from_utf8(out).map_err(|_| self.err("string is not UTF-8"));
+                    return String::from_utf8(out).map_err(|_| self.err(JsonFault::NotUtf8));
                 }
                 Some(b'\\') => {
                     self.i += 1;
                     let Some(&e) = self.s.get(self.i) else {
-                        return Err(self.err("unterminated string"));
+                        return Err(self.err(JsonFault::UnterminatedString));
                     };
                     self.i += 1;
                     let c = match e {
@@ -237,28 +287,21 @@ impl Parser<'_> {
                             let code = if (0xd800..0xdc00).contains(&hi) && self.eat(b"\\u") {
                                 let lo = self.hex4()?;
                                 if !(0xdc00..0xe000).contains(&lo) {
-                                    return Err(self.err(
-                                        "unpaired surrogate escape (Python keeps it; shardfs \
-                                         cannot store it as UTF-8)",
-                                    ));
+                                    return Err(self.err(JsonFault::UnpairedSurrogate));
                                 }
                                 0x10000 + ((hi - 0xd800) << 10) + (lo - 0xdc00)
                             } else {
                                 hi
                             };
-                            char::from_u32(code).ok_or_else(|| {
-                                self.err(
-                                    "unpaired surrogate escape (Python keeps it; shardfs \
-                                     cannot store it as UTF-8)",
-                                )
-                            })?
+                            char::from_u32(code)
+                                .ok_or_else(|| self.err(JsonFault::UnpairedSurrogate))?
                         }
-                        _ => return Err(self.err("invalid escape")),
+                        _ => return Err(self.err(JsonFault::BadEscape)),
                     };
                     let mut buf = [0u8; 4];
                     out.extend_from_slice(c.encode_utf8(&mut buf).as_bytes());
                 }
-                Some(_) => return Err(self.err("control character in a string")),
+                Some(_) => return Err(self.err(JsonFault::ControlCharacter)),
             }
         }
     }
@@ -278,11 +321,11 @@ impl Parser<'_> {
         };
         let int_start = self.i;
         match digits(self) {
-            0 => return Err(self.err("expecting a value")),
+            0 => return Err(self.err(JsonFault::ExpectedValue)),
             n if n > 1 && self.s[int_start] == b'0' => {
                 // Python parses `01` as `0` followed by extra data.
                 self.i = int_start + 1;
-                return Err(self.err("extra data after the JSON value"));
+                return Err(self.err(JsonFault::ExtraData));
             }
             _ => {}
         }
@@ -308,7 +351,7 @@ impl Parser<'_> {
         // The scanned text is ASCII digits and signs.
         let text = std::str::from_utf8(&self.s[start..self.i]).unwrap_or("0");
         if is_float {
-            let x: f64 = text.parse().map_err(|_| self.err("bad number"))?;
+            let x: f64 = text.parse().map_err(|_| self.err(JsonFault::BadNumber))?;
             Ok(PyValue::Float(x))
         } else {
             let body = text.trim_start_matches('-');
@@ -343,28 +386,8 @@ pub fn dumps(v: &PyValue, out: &mut String) {
         PyValue::Int(t) => out.push_str(t),
         PyValue::Float(x) => out.push_str(&float_repr(*x)),
         PyValue::Str(s) => escape(s, out),
-        PyValue::List(items) => {
-            out.push('[');
-            for (k, item) in items.iter().enumerate() {
-                if k > 0 {
-                    out.push_str(", ");
-                }
-                dumps(item, out);
-            }
-            out.push(']');
-        }
-        PyValue::Dict(items) => {
-            out.push('{');
-            for (k, (key, item)) in items.iter().enumerate() {
-                if k > 0 {
-                    out.push_str(", ");
-                }
-                escape(key, out);
-                out.push_str(": ");
-                dumps(item, out);
-            }
-            out.push('}');
-        }
+        PyValue::List(items) => write_list(items, out, dumps),
+        PyValue::Dict(items) => write_dict(items.iter().map(|(k, v)| (k.as_str(), v)), out, dumps),
     }
 }
 

@@ -1,7 +1,7 @@
 //! What every input format gives the packer: samples, one at a time, already encoded into
 //! the shard's columns; and the choice of format from `--format` or from what INPUT holds.
 
-use super::error::{PackError, Result};
+use super::error::{OptionError, PackError, Result};
 use std::path::{Path, PathBuf};
 
 /// One local input file and its size.
@@ -54,15 +54,13 @@ impl Format {
 }
 
 impl std::str::FromStr for Format {
-    type Err = String;
-    fn from_str(s: &str) -> std::result::Result<Format, String> {
+    type Err = OptionError;
+    fn from_str(s: &str) -> std::result::Result<Format, OptionError> {
         Format::ALL
             .iter()
             .find(|(_, n)| *n == s)
             .map(|(f, _)| *f)
-            .ok_or_else(|| {
-                format!("unknown format {s:?} (imagefolder, jsonl, parquet, webdataset)")
-            })
+            .ok_or_else(|| OptionError::Format(s.to_string()))
     }
 }
 

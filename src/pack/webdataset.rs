@@ -19,10 +19,11 @@
 //! The tar reader is our own and small: POSIX ustar headers, GNU long names (`L`) and pax
 //! `path` records; a tar that ends inside a member is an error naming the member.
 
-use super::columns::{encode, Field};
-use super::error::{PackError, Result};
+use super::columns::{check_stored, encode, Field};
+use super::error::{InputError, PackError, Result, TarFault};
 use super::pyvalue::PyValue;
 use super::source::{InputFile, SampleSource};
+use crate::mds::render::tar::checksum;
 use crate::mds::Encoding;
 use std::io::{BufReader, Read};
 
@@ -98,15 +99,10 @@ impl TarReader {
                 };
                 return Err(PackError::input(
                     what,
-                    format!(
-                        "the tar ends in the middle of {} (offset {})",
-                        if member.is_some() {
-                            "this member"
-                        } else {
-                            "a header"
-                        },
-                        self.pos + got as u64
-                    ),
+                    InputError::TarCut {
+                        in_member: member.is_some(),
+                        offset: self.pos + got as u64,
+                    },
                 ));
             }
             got += n;
@@ -120,7 +116,7 @@ impl TarReader {
         let len = usize::try_from(size).map_err(|_| {
             PackError::input(
                 format!("{} (member {member})", self.path),
-                "member too large",
+                InputError::MemberTooLarge,
             )
         })?;
         let mut data = vec![0u8; len];
@@ -144,28 +140,18 @@ impl TarReader {
                 // End-of-archive marker.
                 return Ok(None);
             }
-            let bad = |why: &str| PackError::input(&self.path, format!("offset {at}: {why}"));
+            let bad =
+                |fault| PackError::input(&self.path, InputError::TarHeader { offset: at, fault });
             let stored: u64 = h[148..156]
                 .iter()
                 .take_while(|&&b| b != 0 && b != b' ')
                 .fold(0u64, |acc, &b| {
                     acc * 8 + u64::from(b.wrapping_sub(b'0')) % 8
                 });
-            let sum: u64 = h
-                .iter()
-                .enumerate()
-                .map(|(i, &b)| {
-                    if (148..156).contains(&i) {
-                        32
-                    } else {
-                        u64::from(b)
-                    }
-                })
-                .sum();
-            if stored != sum {
-                return Err(bad("not a tar header (checksum mismatch)"));
+            if stored != checksum(&h) {
+                return Err(bad(TarFault::Checksum));
             }
-            let size = octal(&h[124..136]).ok_or_else(|| bad("bad size field"))?;
+            let size = octal(&h[124..136]).ok_or_else(|| bad(TarFault::Size))?;
             let mut name = String::from_utf8_lossy(cstr(&h[0..100])).into_owned();
             if &h[257..262] == b"ustar" {
                 let prefix = cstr(&h[345..500]);
@@ -321,7 +307,7 @@ impl Grouper {
                     if s.members.iter().any(|(e, _)| *e == ext) {
                         return Err(PackError::input(
                             where_,
-                            format!("a second .{ext} member for the sample {key:?}"),
+                            InputError::SecondMember { key, ext },
                         ));
                     }
                     s.members.push((ext, data));
@@ -396,21 +382,6 @@ impl TarSource {
     }
 }
 
-fn check(enc: &Encoding, data: &[u8]) -> std::result::Result<(), String> {
-    match enc {
-        Encoding::Jpeg { .. } if !data.starts_with(&[0xff, 0xd8, 0xff]) => {
-            Err("not a JPEG file (it does not start with FF D8 FF)".into())
-        }
-        Encoding::Png if !data.starts_with(b"\x89PNG\r\n\x1a\n") => {
-            Err("not a PNG file (no PNG signature)".into())
-        }
-        Encoding::Str | Encoding::Json if std::str::from_utf8(data).is_err() => {
-            Err("not UTF-8 text".into())
-        }
-        _ => Ok(()),
-    }
-}
-
 impl SampleSource for TarSource {
     fn next_sample(&mut self, out: &mut [Vec<u8>]) -> Result<bool> {
         let Some(s) = self.grouper.next_sample()? else {
@@ -419,17 +390,27 @@ impl SampleSource for TarSource {
         for (k, (name, enc)) in self.columns.iter().enumerate() {
             if name == KEY_COLUMN {
                 encode(enc, &Field::Py(PyValue::Str(s.key.clone())), &mut out[k])
-                    .map_err(|why| PackError::input(&s.first_member, why))?;
+                    .map_err(|e| PackError::input(&s.first_member, InputError::Value(e)))?;
                 continue;
             }
             let Some((_, data)) = s.members.iter().find(|(e, _)| e == name) else {
                 return Err(PackError::input(
                     &s.first_member,
-                    format!("the sample {:?} has no .{name} member", s.key),
+                    InputError::MissingMember {
+                        key: s.key.clone(),
+                        ext: name.clone(),
+                    },
                 ));
             };
-            check(enc, data).map_err(|why| {
-                PackError::input(&s.first_member, format!("{}.{name}: {why}", s.key))
+            check_stored(enc, data).map_err(|error| {
+                PackError::input(
+                    &s.first_member,
+                    InputError::Member {
+                        key: s.key.clone(),
+                        ext: name.clone(),
+                        error,
+                    },
+                )
             })?;
             out[k].extend_from_slice(data);
         }
@@ -441,11 +422,10 @@ impl SampleSource for TarSource {
             {
                 return Err(PackError::input(
                     &s.first_member,
-                    format!(
-                        "the sample {:?} has a .{e} member, which the samples the columns were \
-                         inferred from did not have; give the columns with --columns",
-                        s.key
-                    ),
+                    InputError::LateMember {
+                        key: s.key.clone(),
+                        ext: e.clone(),
+                    },
                 ));
             }
         }

@@ -15,6 +15,19 @@ struct Counting {
     room: Mutex<Option<usize>>,
 }
 
+impl Counting {
+    /// Ten samples a shard, none on disk, nothing fetched or advised yet, room unlimited.
+    fn empty() -> Arc<Counting> {
+        Arc::new(Counting {
+            per_shard: 10,
+            resident: Mutex::new(HashSet::new()),
+            fetches: Mutex::new(Vec::new()),
+            advised: Mutex::new(Vec::new()),
+            room: Mutex::new(None),
+        })
+    }
+}
+
 impl ShardSource for Counting {
     fn shard_of(&self, sample: u64) -> Option<u32> {
         Some((sample / self.per_shard) as u32)
@@ -70,6 +83,28 @@ fn setup(orders: Vec<Vec<u64>>, budget: u64) -> (Readahead, Arc<Counting>) {
     (ra, src)
 }
 
+/// One rank reading samples 0..100 (shards 0..10) in order under `budget`, its first read
+/// made and its first fetches settled.
+fn reading_from_the_start(budget: u64) -> (Readahead, Arc<Counting>) {
+    let (ra, src) = setup(vec![(0..100).collect()], budget);
+    ra.on_read(0, 0, 0);
+    settle(&ra);
+    (ra, src)
+}
+
+/// One rank reading 600 positions per epoch (samples in reverse, so a position is not its
+/// sample), every shard on disk, `room` for samples read ahead: its first read made and
+/// settled. Also returns the order.
+fn advising_from_the_start(room: Option<usize>) -> (Readahead, Arc<Counting>, Vec<u64>) {
+    let order: Vec<u64> = (0..600).rev().collect();
+    let (ra, src) = setup(vec![order.clone()], 1 << 40);
+    src.resident.lock().unwrap().extend(0..60);
+    *src.room.lock().unwrap() = room;
+    ra.on_read(0, 0, 0);
+    settle(&ra);
+    (ra, src, order)
+}
+
 /// Also returns how many times the node's orders were computed.
 fn setup_counting(
     orders: Vec<Vec<u64>>,
@@ -77,13 +112,7 @@ fn setup_counting(
     stream_starts: Vec<u32>,
 ) -> (Readahead, Arc<Counting>, Arc<AtomicU64>) {
     let computed = Arc::new(AtomicU64::new(0));
-    let src = Arc::new(Counting {
-        per_shard: 10,
-        resident: Mutex::new(HashSet::new()),
-        fetches: Mutex::new(Vec::new()),
-        advised: Mutex::new(Vec::new()),
-        room: Mutex::new(None),
-    });
+    let src = Counting::empty();
     let ranks = orders.len();
     let ra = Readahead::new(
         // Two epochs asked for: the order cache keeps at least three.
@@ -108,9 +137,7 @@ fn setup_counting(
 #[test]
 fn fetches_the_shards_ahead_of_the_reader_in_order_within_budget() {
     // one rank reading samples 0..100 (shards 0..10), budget = 3 shards.
-    let (ra, src) = setup(vec![(0..100).collect()], 300);
-    ra.on_read(0, 0, 0);
-    settle(&ra);
+    let (ra, src) = reading_from_the_start(300);
     let mut f = src.fetches.lock().unwrap().clone();
     f.sort();
     assert_eq!(f, vec![0, 1, 2]);
@@ -261,9 +288,7 @@ fn out_of_order_reads_do_not_move_the_cursor_back_but_far_jumps_do() {
 fn eviction_drops_the_shard_needed_furthest_away_never_a_pinned_one() {
     use crate::cache::{Candidate, EvictionContext, EvictionPolicy};
     // Reader at position 0 of samples 0..100 (shards 0..10); budget covers 4 shards.
-    let (ra, _src) = setup(vec![(0..100).collect()], 400);
-    ra.on_read(0, 0, 0);
-    settle(&ra);
+    let (ra, _src) = reading_from_the_start(400);
     let ra = Arc::new(ra);
     let policy = FurthestNextUse::new(Arc::new(NextUse::new()), 0);
     let cand = |shard: usize, last_use: u64| Candidate {
@@ -298,9 +323,7 @@ fn eviction_drops_the_shard_needed_furthest_away_never_a_pinned_one() {
 fn a_prefetch_never_evicts_a_shard_needed_no_later_than_itself() {
     use crate::cache::{Candidate, EvictionContext, EvictionPolicy};
     // Reader at position 0 of samples 0..100 (shards 0..10); the window covers 4 shards.
-    let (ra, _src) = setup(vec![(0..100).collect()], 400);
-    ra.on_read(0, 0, 0);
-    settle(&ra);
+    let (ra, _src) = reading_from_the_start(400);
     let ra = Arc::new(ra);
     let policy = FurthestNextUse::new(ra.next_use_table().clone(), 0);
     let cand = |shard: usize| Candidate {
@@ -399,13 +422,7 @@ fn the_walk_stops_at_the_last_epoch_the_job_reads() {
     // and the window (3 shards) would reach shards 0 and 1 of epoch 1.
     for (last_epoch, want) in [(None, vec![0, 1, 9]), (Some(0), vec![9])] {
         let computed = Arc::new(AtomicU64::new(0));
-        let src = Arc::new(Counting {
-            per_shard: 10,
-            resident: Mutex::new(HashSet::new()),
-            fetches: Mutex::new(Vec::new()),
-            advised: Mutex::new(Vec::new()),
-            room: Mutex::new(None),
-        });
+        let src = Counting::empty();
         let ra = Readahead::new(
             Arc::new(OrderCache::new(
                 Box::new(Fixed(vec![(0..100).collect()], computed)),
@@ -437,11 +454,7 @@ fn samples_ahead_of_the_reader_are_advised_once_each_into_the_next_epoch() {
     // One rank, 600 positions per epoch (samples in reverse, so a position is not its
     // sample), every shard on disk: the next ADVISE_AHEAD positions are advised, each once,
     // topped up as the reader goes, and the advice runs on into the next epoch's first ones.
-    let order: Vec<u64> = (0..600).rev().collect();
-    let (ra, src) = setup(vec![order.clone()], 1 << 40);
-    src.resident.lock().unwrap().extend(0..60);
-    ra.on_read(0, 0, 0);
-    settle(&ra);
+    let (ra, src, order) = advising_from_the_start(None);
     let advised = src.advised.lock().unwrap().clone();
     let ahead = ADVISE_AHEAD as usize;
     assert_eq!(
@@ -479,12 +492,7 @@ fn samples_ahead_of_the_reader_are_advised_once_each_into_the_next_epoch() {
 fn advice_that_finds_no_room_stops_there_and_goes_on_from_there_later() {
     // Room for 50 samples read ahead: the advice stops at position 50, skips nothing, and
     // picks up at 51 once there is room again and the reader has moved on.
-    let order: Vec<u64> = (0..600).rev().collect();
-    let (ra, src) = setup(vec![order.clone()], 1 << 40);
-    src.resident.lock().unwrap().extend(0..60);
-    *src.room.lock().unwrap() = Some(50);
-    ra.on_read(0, 0, 0);
-    settle(&ra);
+    let (ra, src, order) = advising_from_the_start(Some(50));
     assert_eq!(src.advised.lock().unwrap().clone(), order[1..=50].to_vec());
     // Room again; the reader moves on a step.
     *src.room.lock().unwrap() = Some(100);
@@ -557,9 +565,7 @@ fn a_rank_that_arrives_after_another_filled_the_room_is_advised_first_next_time(
 
 #[test]
 fn samples_of_shards_not_on_disk_are_not_advised() {
-    let (ra, src) = setup(vec![(0..100).collect()], 0);
-    ra.on_read(0, 0, 0);
-    settle(&ra);
+    let (ra, src) = reading_from_the_start(0);
     assert!(src.advised.lock().unwrap().is_empty());
     assert_eq!(ra.status().samples_advised, 0);
 }
@@ -568,9 +574,7 @@ fn samples_of_shards_not_on_disk_are_not_advised() {
 fn prefetches_for_the_next_epoch_are_counted_apart() {
     // One rank, samples 0..100 (shards 0..10) every epoch, budget = 3 shards. Near the end
     // of epoch 0 the window runs into epoch 1, whose first shard was evicted meanwhile.
-    let (ra, src) = setup(vec![(0..100).collect()], 300);
-    ra.on_read(0, 0, 0);
-    settle(&ra);
+    let (ra, src) = reading_from_the_start(300);
     for p in 1..=85 {
         ra.on_read(0, 0, p);
     }

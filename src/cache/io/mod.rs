@@ -59,6 +59,14 @@ pub(crate) fn select(mode: IoMode, depth: u32) -> Result<Arc<dyn FileReader>, Ca
         }
         _ => mode,
     };
+    // One ring per reading thread; `Auto` falls back to pread where it cannot be had.
+    let inline = || {
+        InlineUringReader::new().map(|r| -> Arc<dyn FileReader> {
+            tracing::info!("cached shard reads use io_uring, one ring per reading thread");
+            Arc::new(r)
+        })
+    };
+    let unavailable = |e| CacheError::Config(format!("io_uring requested but unavailable: {e}"));
     match mode {
         IoMode::Pread => {
             tracing::info!("cached shard reads use pread (requested)");
@@ -69,29 +77,13 @@ pub(crate) fn select(mode: IoMode, depth: u32) -> Result<Arc<dyn FileReader>, Ca
                 tracing::info!(depth, "cached shard reads use io_uring");
                 Ok(Arc::new(r))
             }
-            Err(e) => Err(CacheError::Config(format!(
-                "io_uring requested but unavailable: {e}"
-            ))),
+            Err(e) => Err(unavailable(e)),
         },
-        IoMode::UringInline => match InlineUringReader::new() {
-            Ok(r) => {
-                tracing::info!("cached shard reads use io_uring, one ring per reading thread");
-                Ok(Arc::new(r))
-            }
-            Err(e) => Err(CacheError::Config(format!(
-                "io_uring requested but unavailable: {e}"
-            ))),
-        },
-        IoMode::Auto => match InlineUringReader::new() {
-            Ok(r) => {
-                tracing::info!("cached shard reads use io_uring, one ring per reading thread");
-                Ok(Arc::new(r))
-            }
-            Err(e) => {
-                tracing::info!(error = %e, "io_uring unavailable; cached shard reads use pread");
-                Ok(Arc::new(PreadReader))
-            }
-        },
+        IoMode::UringInline => inline().map_err(unavailable),
+        IoMode::Auto => inline().or_else(|e| {
+            tracing::info!(error = %e, "io_uring unavailable; cached shard reads use pread");
+            Ok(Arc::new(PreadReader))
+        }),
     }
 }
 

@@ -24,6 +24,17 @@ fn octal(field: &mut [u8], value: u64) {
     field[digits] = 0;
 }
 
+/// A tar header's checksum: the sum of its bytes with the checksum field (bytes 148..156)
+/// read as spaces (POSIX `ustar`).
+pub fn checksum(header: &[u8; BLOCK as usize]) -> u64 {
+    let field = 148..156;
+    header
+        .iter()
+        .enumerate()
+        .map(|(i, &b)| if field.contains(&i) { 32 } else { u64::from(b) })
+        .sum()
+}
+
 /// Appends one member header for `name` (at most 100 bytes) holding `len` bytes.
 fn header(out: &mut Vec<u8>, name: &str, len: u64) {
     let mut h = [0u8; BLOCK as usize];
@@ -38,10 +49,7 @@ fn header(out: &mut Vec<u8>, name: &str, len: u64) {
     h[156] = b'0';
     h[257..263].copy_from_slice(b"ustar\0");
     h[263..265].copy_from_slice(b"00");
-    // Checksum: sum of all header bytes with the checksum field read as spaces.
-    h[148..156].copy_from_slice(b"        ");
-    let sum: u32 = h.iter().map(|&b| u32::from(b)).sum();
-    let text = format!("{sum:06o}\0 ");
+    let text = format!("{:06o}\0 ", checksum(&h));
     h[148..156].copy_from_slice(text.as_bytes());
     out.extend_from_slice(&h);
 }
@@ -77,17 +85,13 @@ mod tests {
         assert_eq!(&t[..8], b"0000.jpg");
         assert_eq!(&t[124..136], b"00000000003\0");
         assert_eq!(&t[512..515], b"abc");
-        let sum: u32 = t[..512]
+        // The header's bytes around the checksum field, plus that field as 8 spaces.
+        let sum: u32 = t[..148]
             .iter()
-            .enumerate()
-            .map(|(i, &b)| {
-                if (148..156).contains(&i) {
-                    32
-                } else {
-                    u32::from(b)
-                }
-            })
-            .sum();
+            .chain(&t[156..512])
+            .map(|&b| u32::from(b))
+            .sum::<u32>()
+            + 8 * 32;
         let stored = u32::from_str_radix(std::str::from_utf8(&t[148..154]).unwrap(), 8).unwrap();
         assert_eq!(sum, stored);
         assert_eq!(write_tar(std::iter::empty()).len(), 1024);

@@ -98,15 +98,7 @@ impl Partition {
         if p.relaxed {
             Relaxed::build(p)
         } else {
-            Ok(Partition::Orig(Orig::new(
-                p.num_samples,
-                p.canonical,
-                p.nodes,
-                p.ranks,
-                p.workers,
-                p.batch,
-                p.drop_first,
-            )?))
+            Ok(Partition::Orig(Orig::of(&p)?))
         }
     }
 

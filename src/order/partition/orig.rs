@@ -2,7 +2,7 @@
 //! ids, read column by column into the global sequence T, dealt to nodes, then ranks, then
 //! workers in batches. Every element is a closed-form function of its coordinates.
 
-use super::{Shape, PAD};
+use super::{PartitionParams, Shape, PAD};
 use crate::order::OrderError;
 
 /// An `orig` partition.
@@ -35,6 +35,19 @@ pub struct Orig {
 }
 
 impl Orig {
+    /// The `orig` partition of `p` (its algorithm and `initial_nodes` aside).
+    pub fn of(p: &PartitionParams) -> Result<Self, OrderError> {
+        Orig::new(
+            p.num_samples,
+            p.canonical,
+            p.nodes,
+            p.ranks,
+            p.workers,
+            p.batch,
+            p.drop_first,
+        )
+    }
+
     /// upstream `get_partitions_orig(num_samples, C, P, R, W, B, drop_first)`.
     pub fn new(
         n: u64,

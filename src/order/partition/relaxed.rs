@@ -27,15 +27,7 @@ impl Relaxed {
             }
         };
         if fallback {
-            return Ok(Partition::Orig(Orig::new(
-                p.num_samples,
-                p.canonical,
-                p.nodes,
-                p.ranks,
-                p.workers,
-                p.batch,
-                p.drop_first,
-            )?));
+            return Ok(Partition::Orig(Orig::of(&p)?));
         }
         let initial = p.initial_nodes.unwrap_or(p.nodes);
         if initial == 0 {
