@@ -16,6 +16,21 @@ pub const NODE_RANK_FROM_POD_NAME: &str = "nodeRankFromPodName";
 pub const NODE_RANK_OFFSET: &str = "nodeRankOffset";
 /// The pod's name, which kubelet passes when the CSIDriver has `podInfoOnMount: true`.
 pub const POD_NAME: &str = "csi.storage.k8s.io/pod.name";
+/// The volume attribute that picks where credentials come from (`driver` or `pod`).
+pub const AUTHENTICATION_SOURCE: &str = "authenticationSource";
+/// The IAM role a pod's AWS web identity token is exchanged for.
+pub const AWS_ROLE_ARN: &str = "awsRoleArn";
+/// The Azure application (client) id a pod's federated token signs in as.
+pub const AZURE_CLIENT_ID: &str = "azureClientId";
+/// The Azure tenant of that application.
+pub const AZURE_TENANT_ID: &str = "azureTenantId";
+/// The attributes `pod_identity` reads (not options of `shardfs mount`).
+pub const POD_IDENTITY_ATTRIBUTES: &[&str] = &[
+    AUTHENTICATION_SOURCE,
+    AWS_ROLE_ARN,
+    AZURE_CLIENT_ID,
+    AZURE_TENANT_ID,
+];
 
 /// `"true"` for an inline (ephemeral) volume, which kubelet passes with `podInfoOnMount: true`.
 pub const EPHEMERAL: &str = "csi.storage.k8s.io/ephemeral";
@@ -157,7 +172,7 @@ pub fn mount_request(
             }
             _ if k.starts_with("csi.storage.k8s.io/") => {}
             // Read by the pod-identity module.
-            _ if super::pod_identity::ATTRIBUTES.contains(&k.as_str()) => {}
+            _ if POD_IDENTITY_ATTRIBUTES.contains(&k.as_str()) => {}
             _ => add(k, Some(v.as_str()))?,
         }
     }

@@ -20,14 +20,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 
-/// The volume attribute that picks where credentials come from (`driver` or `pod`).
-pub const AUTHENTICATION_SOURCE: &str = "authenticationSource";
-/// The IAM role a pod's AWS web identity token is exchanged for.
-pub const AWS_ROLE_ARN: &str = "awsRoleArn";
-/// The Azure application (client) id a pod's federated token signs in as.
-pub const AZURE_CLIENT_ID: &str = "azureClientId";
-/// The Azure tenant of that application.
-pub const AZURE_TENANT_ID: &str = "azureTenantId";
+pub use super::attributes::{
+    AUTHENTICATION_SOURCE, AWS_ROLE_ARN, AZURE_CLIENT_ID, AZURE_TENANT_ID,
+    POD_IDENTITY_ATTRIBUTES as ATTRIBUTES,
+};
 /// The key under which kubelet passes the pod's tokens.
 pub const TOKENS: &str = "csi.storage.k8s.io/serviceAccount.tokens";
 /// The audience of AWS web identity (IRSA) tokens.
@@ -38,14 +34,6 @@ pub const AUDIENCE_EKS: &str = "pods.eks.amazonaws.com";
 pub const AUDIENCE_AZURE: &str = "api://AzureADTokenExchange";
 /// Where the EKS Pod Identity Agent answers on every node.
 pub const EKS_AGENT_URI: &str = "http://169.254.170.23/v1/credentials";
-
-/// The attributes this module reads (not options of `shardfs mount`).
-pub const ATTRIBUTES: &[&str] = &[
-    AUTHENTICATION_SOURCE,
-    AWS_ROLE_ARN,
-    AZURE_CLIENT_ID,
-    AZURE_TENANT_ID,
-];
 
 /// Environment variables of the plugin that would give the daemon the plugin's identity.
 const PLUGIN_CREDENTIALS: &[&str] = &[

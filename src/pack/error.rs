@@ -1,8 +1,7 @@
 //! The one error type of `pack`: every failure names the file (and the line or tar member)
 //! it comes from, so a user can fix the input and run the pack again.
 
-use super::columns::ValueError;
-use super::pyvalue::JsonError;
+use super::pyvalue::{float_repr, JsonError};
 use crate::mds::Encoding;
 use thiserror::Error;
 
@@ -229,3 +228,64 @@ impl PackError {
 
 /// Results of `pack`.
 pub type Result<T, E = PackError> = std::result::Result<T, E>;
+
+/// Why a value cannot be stored in its column (the pack names the column and the place).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ValueError {
+    /// A value of the wrong Python type.
+    #[error("expected {wanted}, found {found}")]
+    WrongType {
+        /// What the encoding takes: `a string`, `an integer`, `a float`, `a number`.
+        wanted: &'static str,
+        /// The Python type found.
+        found: &'static str,
+    },
+    /// A non-integer for an integer encoding.
+    #[error("expected an integer for {dtype}, found {found}")]
+    NotAnInteger {
+        /// The encoding's numpy dtype (`int` for MDS's `int`).
+        dtype: &'static str,
+        /// The Python type found.
+        found: &'static str,
+    },
+    /// A float for an integer encoding (numpy would truncate it).
+    #[error("expected an integer for {dtype}, found the float {}", float_repr(*.value))]
+    FloatForInteger {
+        /// The encoding's numpy dtype.
+        dtype: &'static str,
+        /// The float found.
+        value: f64,
+    },
+    /// An integer wider than any encoding holds.
+    #[error("integer {0} does not fit in 64 bits")]
+    TooWide(String),
+    /// An integer outside its dtype's range.
+    #[error("{value} is out of range for {dtype}")]
+    OutOfRange {
+        /// The integer.
+        value: i128,
+        /// The encoding's numpy dtype.
+        dtype: &'static str,
+    },
+    /// An encoding a pack cannot produce from a Python value.
+    #[error(
+        "a {found} value cannot be stored as {encoding}; choose str, int, float64, json or \
+         bytes with --columns"
+    )]
+    Unsupported {
+        /// The Python type of the value.
+        found: &'static str,
+        /// The column's encoding.
+        encoding: Encoding,
+    },
+    /// Bytes for a `jpeg` column that are not a JPEG file.
+    #[error("not a JPEG file (it does not start with FF D8 FF)")]
+    NotJpeg,
+    /// Bytes for a `png` column that are not a PNG file.
+    #[error("not a PNG file (no PNG signature)")]
+    NotPng,
+    /// Bytes for a `str` or `json` column that are not UTF-8 text.
+    #[error("not UTF-8 text")]
+    NotUtf8,
+}

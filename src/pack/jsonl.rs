@@ -26,13 +26,6 @@ use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
 /// How many objects column inference looks at.
 pub const INFER_ROWS: usize = 1000;
 
-/// The file names a folder INPUT contributes.
-pub fn is_jsonl_name(name: &str) -> bool {
-    [".jsonl", ".ndjson", ".json"]
-        .iter()
-        .any(|ext| name.ends_with(ext))
-}
-
 fn open(file: &InputFile) -> Result<BufReader<std::fs::File>> {
     let f = std::fs::File::open(&file.path).map_err(|e| PackError::io(file.path.display(), e))?;
     Ok(BufReader::with_capacity(1 << 20, f))

@@ -164,7 +164,7 @@ fn open_source(
     };
     match format {
         Format::Jsonl => {
-            let files = source::list_files(input, jsonl::is_jsonl_name)?;
+            let files = source::list_files(input, source::is_jsonl_name)?;
             let strict = opts.columns.is_none();
             let columns = match &opts.columns {
                 Some(c) => c.clone(),

@@ -96,11 +96,19 @@ pub fn list_files(input: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<Input
     Ok(files)
 }
 
+/// Whether a file name is a JSON Lines file's (`.jsonl`, `.ndjson`, `.json`): the files a
+/// JSON Lines folder INPUT contributes.
+pub fn is_jsonl_name(name: &str) -> bool {
+    [".jsonl", ".ndjson", ".json"]
+        .iter()
+        .any(|ext| name.ends_with(ext))
+}
+
 /// The format of a local INPUT when `--format` is not given: by a file's extension, or by
 /// what a folder holds (`.jsonl`/`.parquet`/`.tar` files, else sub-folders of images).
 pub fn detect(input: &Path) -> Result<Format> {
     let by_name = |name: &str| {
-        if super::jsonl::is_jsonl_name(name) {
+        if is_jsonl_name(name) {
             Some(Format::Jsonl)
         } else if name.ends_with(".parquet") {
             Some(Format::Parquet)
