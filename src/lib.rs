@@ -4,7 +4,8 @@
 //! Modules depend on each other in one direction only:
 //! `mds`, `order` (pure) ← `plan` (pure) and `store` ← `fetch` ← `cache` ← `readahead` ← `vfs`
 //! ← `fuse` ← `cli`; `status` (the typed status tree) sits between `cache` and `readahead`.
-//! `pack` (writing datasets) uses `mds` and `store` only, and `cli` uses it.
+//! `pack` (writing datasets) uses `mds` and `store` only, and `cli` uses it; `size` (byte
+//! sizes as people write them) is pure and used by `cli` and `csi`.
 #![warn(missing_docs)]
 
 pub mod cache;
