@@ -84,7 +84,7 @@ impl ShardCache {
             return Ok(true);
         };
         let path = self.shard_path(shard)?;
-        let got = hash_file(file, meta.len(), self.direct)
+        let got = hash_file(file, meta.len(), self.direct.is_some())
             .map_err(|e| CacheError::io("read", &path, e))?;
         if got == t.sum {
             if let Some(t) = self
@@ -109,7 +109,7 @@ impl ShardCache {
 
     /// A cached shard file opened for reading, past the page cache when cached files are.
     pub(super) fn open_cached(&self, path: &std::path::Path) -> std::io::Result<File> {
-        if self.direct {
+        if self.direct.is_some() {
             io::direct::open_read(path)
         } else {
             File::open(path)
