@@ -9,12 +9,15 @@
 //!   through one, [`PRELOAD_DEPTH`] at once), each completion handed back as it comes.
 //! - [`write_new`]: a fill's shard file written as [`WRITE_CHUNK`]-byte pieces, up to
 //!   [`WRITES_IN_FLIGHT`] at once, straight from the (aligned) download buffer.
+//! - [`read_in_order`]: a whole file read in order (the re-hash of a cached file), pieces
+//!   read ahead of the hasher into a few buffers registered with the ring.
 //!
 //! Buffers are the aligned ones of `direct.rs` (page-pool buffers for sample-sized reads), so
-//! every read is one aligned span around the asked range, as with `pread`. They are not
-//! registered with the ring (fixed buffers): a read's buffer leaves with its sample and a
-//! fill writes each byte once, so no buffer would be used twice by one ring, and a
-//! registration pins the same pages a plain read or write pins for itself.
+//! every read is one aligned span around the asked range, as with `pread`. Only
+//! [`read_in_order`]'s are registered with its ring (fixed buffers), since it reads into the
+//! same few again and again: a sample read's buffer leaves with its sample and a fill writes
+//! each byte once, so no other buffer is used twice by one ring, and registering it would
+//! pin the same pages a plain read or write pins for itself.
 //!
 //! The kernel owns a buffer from submission to completion. Every path here keeps it (and
 //! borrows the file) until its completion was reaped: reads own their buffers in the ring's
@@ -181,9 +184,7 @@ pub fn read_exact_at(file: &File, offset: u64, len: usize) -> io::Result<Bytes> 
             // SAFETY: the buffer is owned by `read` and the file borrowed by it; both stay
             // alive and untouched until the completion is reaped below, or are leaked with
             // the ring when it fails.
-            if let Err(e) = unsafe { read.submit(ring, 0) } {
-                return Err(e);
-            }
+            unsafe { read.submit(ring, 0) }?;
             match ring.wait() {
                 Ok(done) => {
                     let res = done.first().map_or(0, |&(_, res)| res);
@@ -552,6 +553,148 @@ fn wait_for_writes(ring: &mut Ring) -> Vec<(u64, i32)> {
     }
 }
 
+/// Pieces read ahead of a [`read_in_order`] caller.
+const AHEAD: usize = 4;
+
+/// Reads the first `len` bytes of `file` (opened with `O_DIRECT`) in order, in `piece`-byte
+/// pieces (a multiple of [`ALIGN`]), and hands each to `take` in turn, while up to [`AHEAD`]
+/// pieces are read ahead through a ring of its own. The pieces' buffers are registered with
+/// the ring (fixed buffers): the same few buffers are read into again and again, so their
+/// pages are pinned once, not on every read. `UnexpectedEof` if the file is shorter. Falls
+/// back to one `pread` at a time without a ring.
+pub fn read_in_order(
+    file: &File,
+    len: u64,
+    piece: usize,
+    mut take: impl FnMut(&[u8]),
+) -> io::Result<()> {
+    let piece = direct::round_up(piece.max(1)).unwrap_or(ALIGN).min(MAX_OP);
+    let pieces = len.div_ceil(piece as u64);
+    let mut bufs = (0..AHEAD.min(pieces as usize).max(1))
+        .map(|_| AlignedBuf::zeroed(piece))
+        .collect::<io::Result<Vec<_>>>()?;
+    let mut ring = match Ring::new(AHEAD as u32) {
+        Ok(r) => r,
+        Err(_) => return read_in_order_pread(file, len, &mut bufs[0], take),
+    };
+    let iovecs: Vec<libc::iovec> = bufs
+        .iter_mut()
+        .map(|b| libc::iovec {
+            iov_base: b.as_mut_ptr().cast(),
+            iov_len: b.capacity(),
+        })
+        .collect();
+    // SAFETY: the buffers stay allocated (owned by `bufs`, which is dropped after `ring`:
+    // declared before it) for as long as the ring that registered them lives, or are leaked
+    // with it.
+    let fixed = unsafe { ring.ring.submitter().register_buffers(&iovecs) }.is_ok();
+    // The length of piece `k`.
+    let want = |k: u64| (len - k * piece as u64).min(piece as u64) as usize;
+    let (mut next, mut done) = (0u64, 0u64);
+    // Bytes read into each buffer, once its read completed.
+    let mut got: Vec<Option<io::Result<usize>>> = bufs.iter().map(|_| None).collect();
+    let mut failed: Option<io::Error> = None;
+    loop {
+        while failed.is_none() && next < pieces && next < done + bufs.len() as u64 {
+            let slot = (next % bufs.len() as u64) as usize;
+            let span = direct::round_up(want(next)).unwrap_or(piece);
+            let at = next * piece as u64;
+            let ptr = bufs[slot].as_mut_ptr();
+            let fd = types::Fd(file.as_raw_fd());
+            let sqe = if fixed {
+                opcode::ReadFixed::new(fd, ptr, span as u32, slot as u16)
+                    .offset(at)
+                    .build()
+            } else {
+                opcode::Read::new(fd, ptr, span as u32).offset(at).build()
+            };
+            // SAFETY: buffer `slot` (`span` ≤ its capacity) is not read by anyone until this
+            // read's completion was reaped below (its piece is consumed only after), and
+            // this function does not return while a read is in flight (or leaks the buffers
+            // with the ring); `file` is borrowed for the whole call.
+            match unsafe { ring.push(&sqe.user_data(slot as u64)) } {
+                Ok(()) => next += 1,
+                Err(e) => failed = Some(e),
+            }
+        }
+        // Consume the pieces that are done, in order.
+        while failed.is_none() && done < next {
+            let slot = (done % bufs.len() as u64) as usize;
+            let Some(result) = got[slot].take() else {
+                break;
+            };
+            let w = want(done);
+            let n = match result {
+                Ok(n) if n >= w => n,
+                // A short read before the end: read the piece again, synchronously.
+                Ok(_) => {
+                    match direct::read_exact_into(file, &mut bufs[slot], done * piece as u64, w) {
+                        Ok(_) => w,
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
+                    }
+                }
+                Err(e) => {
+                    failed = Some(e);
+                    break;
+                }
+            };
+            // SAFETY: the completed read wrote `n` bytes from the buffer's start.
+            unsafe { bufs[slot].assume_init(n) };
+            bufs[slot].set_len(w);
+            take(&bufs[slot]);
+            done += 1;
+        }
+        if ring.in_flight == 0 {
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            if done == pieces {
+                return Ok(());
+            }
+            continue;
+        }
+        match ring.wait() {
+            Ok(completions) => {
+                for (slot, res) in completions {
+                    if let Some(g) = got.get_mut(slot as usize) {
+                        *g = Some(if res < 0 {
+                            Err(io::Error::from_raw_os_error(-res))
+                        } else {
+                            Ok(res as usize)
+                        });
+                    }
+                }
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "io_uring_enter failed with reads in flight; ring abandoned");
+                std::mem::forget(ring);
+                std::mem::forget(bufs);
+                return Err(e);
+            }
+        }
+    }
+}
+
+/// [`read_in_order`] with one `pread` at a time into `buf`.
+fn read_in_order_pread(
+    file: &File,
+    len: u64,
+    buf: &mut AlignedBuf,
+    mut take: impl FnMut(&[u8]),
+) -> io::Result<()> {
+    let piece = buf.capacity();
+    let mut at = 0u64;
+    while at < len {
+        let want = (len - at).min(piece as u64) as usize;
+        take(direct::read_exact_into(file, buf, at, want)?);
+        at += want as u64;
+    }
+    Ok(())
+}
+
 /// Checks that io_uring with `O_DIRECT` works in `dir` (whose file system takes direct I/O):
 /// a probe file written and read back through rings, then removed.
 pub fn probe(dir: &Path) -> io::Result<()> {
@@ -692,6 +835,28 @@ mod tests {
             Some(0),
             "the reads went through this thread's ring"
         );
+    }
+
+    #[test]
+    fn files_read_in_order_through_fixed_buffers_come_back_whole() {
+        let dir = direct_dir();
+        for size in [1, ALIGN, 3 * ALIGN + 5, 9 * ALIGN] {
+            let data = pattern(size);
+            let path = dir.path().join(format!("f{size}"));
+            std::fs::write(&path, &data[..]).unwrap();
+            let file = direct::open_read(&path).unwrap();
+            for piece in [ALIGN, 2 * ALIGN] {
+                let mut back = Vec::new();
+                read_in_order(&file, size as u64, piece, |b| {
+                    assert!(b.len() <= piece);
+                    back.extend_from_slice(b)
+                })
+                .unwrap();
+                assert!(back == data[..], "size {size} in pieces of {piece}");
+            }
+            let e = read_in_order(&file, size as u64 + 1, ALIGN, |_| {}).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::UnexpectedEof, "size {size}");
+        }
     }
 
     #[test]
