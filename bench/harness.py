@@ -179,12 +179,13 @@ class Server:
     """The bench S3 server (bench-s3-server: testkit/src/s3) over `root`, with the given link emulation."""
 
     def __init__(self, procs, binary, root, latency_ms, bandwidth_mbps, logdir, name,
-                 etags="multipart"):
+                 etags="multipart", checksums="crc64nvme"):
         self.out = open(os.path.join(logdir, f"{name}.out"), "w+")
         self.err = open(os.path.join(logdir, f"{name}.err"), "w")
         self.proc = procs.start(
             [binary, root, "--latency-ms", str(latency_ms), "--bandwidth-mbps",
-             str(bandwidth_mbps), "--etags", etags], stdout=self.out, stderr=self.err)
+             str(bandwidth_mbps), "--etags", etags, "--checksums", checksums],
+            stdout=self.out, stderr=self.err)
         self.endpoint = None
 
         def ready():
@@ -1136,6 +1137,72 @@ def disk_table(ceiling, read_bytes):
     return "\n".join(lines)
 
 
+def cold_epoch_targets(rows, curl, conns, ceiling):
+    """Issue 36's targets, each as the measured value and its ratio to the baseline of the
+    same run: [(target, value, baseline, ratio, goal, met)]. Missing rows give no line."""
+    by = {(r["system"], r["pass"]): r for r in rows if not r.get("skipped")}
+    cold, warm = by.get(("shardfs", "cold")), by.get(("shardfs", "warm"))
+    link = curl.get("emulated link", {})
+    out = []
+
+    def add(target, value, baseline, goal, want_high=True):
+        if value is None or not baseline:
+            return
+        ratio = value / baseline
+        out.append({"target": target, "value": value, "baseline": baseline, "ratio": ratio,
+                    "goal": goal, "goal_text": f"≥ {goal}×",
+                    "met": ratio >= goal if want_high else ratio <= goal})
+
+    if cold:
+        wire = link.get(f"shards_{conns}_streams") or link.get("shards_16_streams")
+        add(f"cold MB/s vs the link (curl, {conns} connections)", cold["mb_per_s"],
+            wire and wire["mb_per_s"], 0.35)
+        sd = by.get(("streaming", "cold"))
+        add("cold samples/s vs StreamingDataset cold", cold["samples_per_s"],
+            sd and sd["samples_per_s"], 3.0)
+        local = by.get(("local", "cold"))
+        add("cold samples/s vs local files cold", cold["samples_per_s"],
+            local and local["samples_per_s"], 0.6)
+        gb = cold["fetched_bytes"] / 1e9
+        if cold.get("serve_cpu_s") is not None and gb > 0:
+            out.append({"target": "daemon CPU-s per cold GB", "value": cold["serve_cpu_s"] / gb,
+                        "baseline": None, "ratio": None, "goal": 1.5, "goal_text": "≤ 1.5",
+                        "met": cold["serve_cpu_s"] / gb <= 1.5})
+        part = link.get("part_1_request")
+        if cold.get("first_file_s") is not None:
+            out.append({"target": "first file s of the cold epoch",
+                        "value": cold["first_file_s"], "baseline": part and part["wall_s"],
+                        "ratio": part and cold["first_file_s"] / part["wall_s"], "goal": 0.3,
+                        "goal_text": "≤ 0.3 s", "met": cold["first_file_s"] <= 0.3})
+    if warm:
+        fuse = by.get(("null-fuse", "warm"))
+        disk = max((d["reads_per_s"] for d in (ceiling or {}).values()), default=None)
+        lower = min(x for x in (disk, fuse and fuse["samples_per_s"]) if x) \
+            if disk or fuse else None
+        add("warm samples/s vs min(disk ceiling, null-FUSE warm)", warm["samples_per_s"],
+            lower, 0.8)
+        local = by.get(("local", "cold"))
+        add("warm samples/s vs local files cold", warm["samples_per_s"],
+            local and local["samples_per_s"], 1.0)
+    rss = [r.get("serve_peak_rss_mb") for (s, _), r in by.items() if s == "shardfs"]
+    rss = [x for x in rss if x is not None]
+    if rss:
+        out.append({"target": "peak RSS MB, every shardfs pass", "value": max(rss),
+                    "baseline": None, "ratio": None, "goal": 320, "goal_text": "≤ 320",
+                    "met": max(rss) <= 320})
+    return out
+
+
+def targets_table(targets):
+    lines = ["| target (issue 36) | measured | baseline, same run | ratio | goal | met |",
+             "|---|---|---|---|---|---|"]
+    for t in targets:
+        lines.append(f"| {t['target']} | {t['value']:.3f} | {fmt(t['baseline'], '.3f')} "
+                     f"| {fmt(t['ratio'], '.2f')} | {t['goal_text']} "
+                     f"| {'yes' if t['met'] else 'NO'} |")
+    return "\n".join(lines)
+
+
 # ---------------------------------------------------------------- main
 
 def parse_args(argv):
@@ -1158,6 +1225,11 @@ def parse_args(argv):
                          "uploaded by boto3 or the aws CLI (MDSWriter's uploads), which shardfs "
                          "checks hashless shards against; md5 (single-part uploads); opaque (not "
                          "an MD5, as with SSE-KMS: such shards get only size and structure checks)")
+    ap.add_argument("--store-checksums", choices=("crc64nvme", "none"), default="crc64nvme",
+                    help="what the S3 server keeps of each object besides its ETag: crc64nvme "
+                         "(default; S3 keeps one for every object since December 2024 and answers "
+                         "it to a HEAD with checksum mode) or none (an ETag-only store: hashless "
+                         "shards are then checked by the ETag's MD5)")
     ap.add_argument("--systems",
                     default="local,shardfs,streaming,s3fs,rclone,mountpoint,egress,jpeg")
     ap.add_argument("--ram-epochs", type=int, default=3,
@@ -1218,9 +1290,11 @@ def main(argv):
             layout["jpeg"] = jpeg_dataset(args, venv_python, layout)
         result["dataset"] = {"params": layout["params"], "generated": layout["generated"]}
         raw = Server(procs, bins["server"], layout["root"], 0, 0, workdir, "server-raw",
-                     args.etags)
+                     args.etags, args.store_checksums)
         link = Server(procs, bins["server"], layout["root"], args.latency_ms,
-                      args.bandwidth_mbps, workdir, "server-link", args.etags)
+                      args.bandwidth_mbps, workdir, "server-link", args.etags,
+                      args.store_checksums)
+        result["store"] = {"etags": args.etags, "checksums": args.store_checksums}
         log(f"raw server {raw.endpoint}; emulated link {link.endpoint} "
             f"({args.latency_ms} ms, {args.bandwidth_mbps} Mbit/s per connection)")
         conns = shardfs_connections(args.shardfs_arg)
@@ -1259,6 +1333,11 @@ def main(argv):
         print(text)
         if any(r["system"].startswith("shardfs ") for r in runner.rows):
             print("\n" + egress_table(runner.rows) + "\n")
+        result["targets"] = cold_epoch_targets(
+            runner.rows, result["server_curl"], conns,
+            (runner.disk_ceiling or {}).get("by_depth"))
+        if result["targets"]:
+            print("\n" + targets_table(result["targets"]) + "\n")
         if any(r["system"].startswith("jpeg ") for r in runner.rows):
             print("\n" + jpeg_table(runner.rows) + "\n")
         for n in runner.notes:

@@ -61,8 +61,11 @@ pub struct ShardFailure {
     pub store: String,
     /// The shard's file name.
     pub shard: String,
-    /// What went wrong, as the error says it.
+    /// What went wrong, as the error and its causes say it.
     pub why: String,
+    /// The errno the failed request was answered with (`EIO`, `ENOENT`, `EACCES`,
+    /// `ETIMEDOUT`, `ENOSPC`).
+    pub errno: String,
     /// When it happened (last seen), in seconds since the Unix epoch.
     pub unix_time: u64,
 }

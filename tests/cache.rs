@@ -1681,6 +1681,50 @@ fn with_the_checksum_s3_keeps_a_foreign_etag_costs_one_download_not_two() {
     }
 }
 
+/// Issue 36: the cheapest sound check first. Where S3 keeps a checksum of the object (a
+/// CRC64NVME for every upload since December 2024), it is asked beside the first download and
+/// checks the bytes, even where the ETag is a plain MD5; an ETag-only store is checked by the
+/// MD5. Either way damage repeated on every download is refused, and a download damaged once
+/// is repaired.
+#[test]
+fn a_hashless_shard_is_checked_by_the_crc_s3_keeps_before_its_etag() {
+    use crate::common::FakeS3Options;
+    use shardfs_testkit::s3::{EtagMode, FakeS3};
+    for crc in [true, false] {
+        let server = FakeS3::start_with(EtagMode::Md5);
+        server.answer_checksum_mode(crc);
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = hashless_copy("basic", tmp.path());
+        server.put_dir("bkt", "basic", &ds);
+        let store_opts = StoreOptions {
+            max_retries: 2,
+            initial_backoff: Duration::from_millis(5),
+            max_backoff: Duration::from_millis(20),
+            ..server.options()
+        };
+        let (faulty, counting, dataset) =
+            instrumented_with_parts("s3://bkt/basic", &store_opts, 4096);
+        let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
+        check_every_sample(&cache, &ds);
+        assert_eq!(cache.stats().verify_failures, 0, "crc: {crc}");
+        // Asked once, beside the first download, whether the store answers or not.
+        assert_eq!(counting.for_key("shard.00000.mds").heads, 1, "crc: {crc}");
+        // Damaged on every download: refused by the CRC where the store keeps one, else by
+        // the ETag's MD5.
+        assert!(cache.evict(1) && cache.evict(2));
+        faulty.inject(Fault::Corrupt, Some("shard.00001.mds"), None);
+        let e = cache.get(1).unwrap_err();
+        let want = if crc { "CRC64NVME" } else { "MD5" };
+        assert!(e.to_string().contains(want), "crc: {crc}: {e}");
+        // Damaged once: repaired, and the bytes are the object's.
+        faulty.clear();
+        faulty.inject(Fault::Corrupt, Some("shard.00002.mds"), Some(1));
+        let size = std::fs::metadata(ds.join("shard.00002.mds")).unwrap().len();
+        let got = cache.get(2).unwrap().read_at(0, size as usize).unwrap();
+        assert_eq!(got, std::fs::read(ds.join("shard.00002.mds")).unwrap());
+    }
+}
+
 #[test]
 fn a_download_in_parts_with_a_foreign_etag_is_repaired_by_the_checksum_s3_keeps() {
     use crate::common::FakeS3Options;

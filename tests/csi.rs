@@ -1503,10 +1503,14 @@ async fn csi_pod_identity_uses_the_pods_token_and_its_refresh() {
     assert_eq!(std::fs::read_to_string(&token_file).unwrap(), "token-two");
     // The credentials near expiry (the STS front says so), so the next fetch from the store
     // exchanges the token again: the new one.
+    // The kernel keeps the pages read above (and a sample is one inode in every epoch):
+    // dropped, so the reads reach the daemon, whose caches cannot hold the whole dataset.
     std::thread::sleep(Duration::from_millis(1500));
     for epoch in ["epoch-0", "epoch-1"] {
         for e in std::fs::read_dir(target.join("rank-0").join(epoch)).unwrap() {
-            std::fs::read(e.unwrap().path()).unwrap();
+            let path = e.unwrap().path();
+            crate::mount::drop_cached_pages(&path);
+            std::fs::read(path).unwrap();
         }
     }
     let seen = sts.tokens();

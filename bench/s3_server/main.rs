@@ -54,6 +54,11 @@ struct Args {
     /// (`aws s3 cp`: 8 MiB parts). md5 and multipart read every object once at start.
     #[arg(long, value_enum, default_value_t = bucket::EtagMode::Opaque)]
     etags: bucket::EtagMode,
+    /// The full-object checksum every object keeps: crc64nvme (what S3 computes for every
+    /// upload without a checksum of its own since December 2024; answered to a HEAD with
+    /// checksum mode; each object read once at start) or none (an ETag-only store).
+    #[arg(long, value_enum, default_value_t = Checksums::Crc64nvme)]
+    checksums: Checksums,
     /// Share of GETs hit by a fault (0 = none; see `--faults`).
     #[arg(long, default_value_t = 0.0)]
     fault_rate: f64,
@@ -66,6 +71,15 @@ struct Args {
     /// Seed of the fault choices (a run with the same seed injects the same sequence).
     #[arg(long, default_value_t = 1)]
     fault_seed: u64,
+}
+
+/// `--checksums`: what the store keeps of each object besides its ETag.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+enum Checksums {
+    /// A full-object CRC64NVME, as S3.
+    Crc64nvme,
+    /// Nothing: the ETag is the only check.
+    None,
 }
 
 fn main() -> Result<()> {
@@ -88,8 +102,14 @@ async fn serve(args: Args) -> Result<()> {
         args.fault_seed,
     ));
     let store = Arc::new(
-        Buckets::open(&args.dir, stats, args.etags, faults)
-            .with_context(|| format!("cannot index {}", args.dir.display()))?,
+        Buckets::open(
+            &args.dir,
+            stats,
+            args.etags,
+            faults,
+            args.checksums == Checksums::Crc64nvme,
+        )
+        .with_context(|| format!("cannot index {}", args.dir.display()))?,
     );
     for (b, n, bytes) in store.summary() {
         eprintln!("bucket {b}: {n} objects, {bytes} bytes");

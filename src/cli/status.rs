@@ -136,7 +136,10 @@ fn summary(status: &MountStatus, fetch_rate: f64) -> Vec<String> {
     let errors = &status.errors;
     lines.push(format!("errors  {}", errors.count));
     for e in errors.recent.iter().take(3) {
-        lines.push(format!("        {}: {}", e.shard, e.why));
+        match e.errno.as_str() {
+            "" => lines.push(format!("        {}: {}", e.shard, e.why)),
+            errno => lines.push(format!("        {} ({errno}): {}", e.shard, e.why)),
+        }
     }
     lines
 }

@@ -23,6 +23,10 @@ pub struct StoreArgs {
     /// abandoned as stalled and retried.
     #[arg(long, value_name = "SECONDS", default_value_t = 10.0, value_parser = parse_seconds)]
     pub stall_timeout: f64,
+    /// Attempts of each request to the store before its failure reaches the reader (the
+    /// first one and the retries after a 5xx, a reset, a stall or a timeout; with backoff).
+    #[arg(long, value_name = "N", default_value_t = 9, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub max_attempts: u32,
 }
 
 /// Parses a positive number of seconds (fractions allowed).
@@ -43,6 +47,7 @@ impl StoreArgs {
             region: self.region.clone(),
             no_sign_request: self.no_sign_request,
             stall_timeout: std::time::Duration::from_secs_f64(self.stall_timeout),
+            max_retries: self.max_attempts - 1,
             ..StoreOptions::default()
         }
     }

@@ -3,6 +3,7 @@
 //! plain or multipart (then at which part size), else the checksum S3 keeps of the object,
 //! asked for only when the ETag settles nothing (SSE-KMS, SSE-C, an unusual part size).
 
+use super::error::Rejected;
 use super::etag_digest::Streamed;
 use super::Fetcher;
 use crate::store::{self, ObjectKey};
@@ -64,7 +65,7 @@ impl Fetcher {
         sums: &TransferSums,
         previous: Option<&mut Option<[u8; 16]>>,
         asked: &AskedChecksums<'_>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Rejected> {
         use std::sync::atomic::Ordering::Relaxed;
         let strict = previous.is_none();
         // Two downloads agree: taken only when this dataset's ETags have never been MD5s.
@@ -76,10 +77,18 @@ impl Fetcher {
             }
             None => false,
         };
-        // Checksums from the store's headers (GCS, Azure, full-object S3 CRC32C) are
-        // always of the object: a mismatch is damage, never a different scheme.
+        // Cheapest sound check first. Checksums from the store's headers (GCS, Azure,
+        // full-object S3 CRC32C) are always of the object: a mismatch is damage, never a
+        // different scheme.
         if !sums.store.is_empty() {
-            return sums.store.check(bytes).map_err(|e| e.to_string());
+            return Ok(sums.store.check(bytes)?);
+        }
+        // The checksum S3 keeps of the object (CRC64NVME for every upload since December
+        // 2024), asked beside the download: a CRC runs at memory speed, so the ETag's MD5 is
+        // not needed. A mismatch is damage (or an object replaced between the question and
+        // the download: the next read of the shard asks again).
+        if let Some(kept) = asked.answered() {
+            return Ok(kept.check(bytes)?);
         }
         if let Some(want) = sums.md5 {
             let got: [u8; 16] = sums
@@ -97,11 +106,7 @@ impl Fetcher {
                 tracing::info!(shard, url = %url, "the ETag is not an MD5 of the object (SSE-KMS or SSE-C?); two downloads agree, using them");
                 return Ok(());
             }
-            return Err(format!(
-                "MD5 {} differs from the store's ETag {}",
-                hex::encode(got),
-                hex::encode(want)
-            ));
+            return Err(Rejected::EtagMd5 { got, want });
         }
         if let Some((want, parts)) = sums.multipart_md5 {
             let learned = self.part_size.load(Relaxed);
@@ -129,10 +134,7 @@ impl Fetcher {
                 tracing::info!(shard, url = %url, "the multipart ETag matches no usual part size; two downloads agree, using them");
                 return Ok(());
             }
-            return Err(format!(
-                "the bytes match the store's multipart ETag {}-{parts} for no usual part size",
-                hex::encode(want)
-            ));
+            return Err(Rejected::MultipartEtag { want, parts });
         }
         // No ETag that could be an MD5 (another S3-compatible store's): the size and header
         // checks that follow, and the store's checksum when it keeps one.
@@ -167,7 +169,7 @@ impl<'a> AskedChecksums<'a> {
 
     /// The store's checksums, asked for on the first call. A failed request gives none
     /// (the ETag rules apply then), logged once.
-    fn get(&self) -> store::StoreChecksums {
+    pub(super) fn get(&self) -> store::StoreChecksums {
         use std::sync::atomic::Ordering::Relaxed;
         let mut answer = self.answer.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(sums) = *answer {
@@ -193,12 +195,18 @@ impl<'a> AskedChecksums<'a> {
     /// (GCS and Azure send theirs with every whole-object answer, read before this is
     /// reached), and a store that never gave one is asked [`CHECKSUM_ASKS_WITHOUT_ANSWER`]
     /// times only.
-    fn worth_asking(&self) -> bool {
+    pub(super) fn worth_asking(&self) -> bool {
         use std::sync::atomic::Ordering::Relaxed;
         let d = self.dataset;
         d.is_s3()
             && (d.store_checksums_seen.load(Relaxed)
                 || d.store_checksums_missing.load(Relaxed) < CHECKSUM_ASKS_WITHOUT_ANSWER)
+    }
+
+    /// The answer, when the store was asked and gave a checksum; never asks.
+    fn answered(&self) -> Option<store::StoreChecksums> {
+        let answer = *self.answer.lock().unwrap_or_else(|p| p.into_inner());
+        answer.filter(|sums| !sums.is_empty())
     }
 
     /// Asks now if a check would ask, and makes later checks use that answer only (none
@@ -224,19 +232,19 @@ impl<'a> AskedChecksums<'a> {
 
     /// The bytes checked against the store's checksum, `None` when it gives none (or when
     /// this store never has, after [`CHECKSUM_ASKS_WITHOUT_ANSWER`] tries).
-    fn check(&self, bytes: &[u8]) -> Option<Result<(), String>> {
+    fn check(&self, bytes: &[u8]) -> Option<Result<(), Rejected>> {
         let answered = *self.answer.lock().unwrap_or_else(|p| p.into_inner());
         let sums = match answered {
             Some(sums) => sums,
             None if self.worth_asking() => self.get(),
             None => return None,
         };
-        (!sums.is_empty()).then(|| sums.check(bytes).map_err(|e| e.to_string()))
+        (!sums.is_empty()).then(|| sums.check(bytes).map_err(Rejected::from))
     }
 
     /// [`Self::check`] for a download whose MD5 differs from its ETag: only while this
     /// dataset's ETags have never been MD5s (once one matched, a mismatch is damage).
-    fn check_unless_etags_are_md5(&self, bytes: &[u8]) -> Option<Result<(), String>> {
+    fn check_unless_etags_are_md5(&self, bytes: &[u8]) -> Option<Result<(), Rejected>> {
         if self
             .dataset
             .etags_are_md5

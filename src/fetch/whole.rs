@@ -3,6 +3,7 @@
 //! repaired part by part when a download in parts fails its check, decompressed, and its
 //! header checked against the index.
 
+use super::error::Rejected;
 use super::etag_digest::{EtagDigest, Streamed};
 use super::ranged::check_header;
 use super::transfer_check::{AskedChecksums, TransferSums};
@@ -10,6 +11,7 @@ use super::{add, FetchError, Fetcher};
 use crate::mds::{self, FileRef, ShardEntry};
 use crate::store::{self, ObjectKey, StoreError};
 use bytes::Bytes;
+use std::sync::Arc;
 
 /// Memory a download in parts lands in, handed over by the caller (the cache's download
 /// budget), which gets it back when the last user of the shard's bytes lets go.
@@ -58,7 +60,7 @@ impl Fetcher {
         let key = ObjectKey::new(stored.basename.clone())?;
         let url = self.store.url_of(&key);
         let check = cheapest_hash(stored);
-        let mut last = String::new();
+        let mut last: Option<Rejected> = None;
         // With no hash in index.json, the store's checksum headers (GCS x-goog-hash, Azure
         // Content-MD5), else the store's MD5 (an S3 ETag) check the transfer. An
         // ETag that is not an MD5 (SSE-KMS, SSE-C) looks the same: then the checksum S3 keeps
@@ -66,8 +68,18 @@ impl Fetcher {
         // two downloads with the same MD5 are taken as the object's true bytes — unless an ETag
         // of this dataset has matched before (then its ETags are MD5s and this is damage).
         let mut previous_md5: Option<[u8; 16]> = None;
-        // When the ETag settles nothing, the store's own checksum of the object, asked once.
+        // The store's own checksum of the object, asked once. For a hashless shard on S3 it
+        // is asked beside the first download (a HEAD with checksum mode beside the parts):
+        // where the store keeps one (S3 computes a CRC64NVME for every upload since December
+        // 2024) it is the check, run at memory speed, and once this store has given one the
+        // ETag's MD5 is not computed while the parts land. Else the ETag rules below.
         let asked = AskedChecksums::new(self, &key);
+        let hashless = check.hashes.is_empty();
+        let ask_beside = hashless && asked.worth_asking();
+        let md5_while_landing = hashless
+            && !self
+                .store_checksums_seen
+                .load(std::sync::atomic::Ordering::Relaxed);
         let downloads = if check.hashes.is_empty() {
             attempts.max(2)
         } else {
@@ -79,31 +91,40 @@ impl Fetcher {
         let in_parts = self.fetch_part_size > 0
             && stored.bytes > self.fetch_part_size
             && (!check.hashes.is_empty() || self.is_s3());
-        let failed = |attempt: u32, reason: &str| {
+        let failed = |attempt: u32, reason: &Rejected| {
             add(&self.counters.verify_failures, 1);
-            tracing::warn!(shard, url = %url, attempt, reason, "downloaded shard failed verification");
+            tracing::warn!(shard, url = %url, attempt, %reason, "downloaded shard failed verification");
         };
         // The last download in parts that failed its check, kept to be repaired.
         let mut held: Option<(B, store::EtagMd5s)> = None;
         for attempt in 1..=downloads {
             let repairing = held.is_some();
-            let fetched = match held.take() {
+            let fetch = |held: Option<(B, store::EtagMd5s)>| match held {
                 Some((whole, tag)) => self.repair(shard, &key, &check, whole, tag, &asked),
-                None if in_parts => self.download_in_parts(
-                    &key,
-                    stored.bytes,
-                    check.hashes.is_empty(),
-                    buffer,
-                    stage,
-                ),
+                None if in_parts => {
+                    self.download_in_parts(&key, stored.bytes, md5_while_landing, buffer, stage)
+                }
                 None => self.store.get_fetched(&key).map(Download::Whole),
+            };
+            let fetched = if ask_beside && attempt == 1 {
+                std::thread::scope(|s| {
+                    let question = s.spawn(|| asked.get());
+                    let fetched = fetch(held.take());
+                    if question.join().is_err() {
+                        tracing::warn!(shard, "asking for the store's checksum panicked");
+                    }
+                    fetched
+                })
+            } else {
+                fetch(held.take())
             };
             let download = match fetched {
                 Ok(d) => d,
                 // Rewritten while we read it: like damage, worth another download.
                 Err(e @ StoreError::Changed { .. }) => {
-                    last = e.to_string();
-                    failed(attempt, &last);
+                    let reason = Rejected::from(e);
+                    failed(attempt, &reason);
+                    last = Some(reason);
                     continue;
                 }
                 Err(e) => return Err(e.into()),
@@ -128,10 +149,12 @@ impl Fetcher {
             } else {
                 Ok(())
             }
-            .and_then(|()| mds::verify_hashes(&check, &download).map_err(|e| e.to_string()));
+            .and_then(|()| {
+                mds::verify_hashes(&check, &download).map_err(|e| Rejected::Hash(Arc::new(e)))
+            });
             if let Err(reason) = stored_ok {
-                last = reason;
-                failed(attempt, &last);
+                failed(attempt, &reason);
+                last = Some(reason);
                 if let Download::Parts(whole, tag, _, _) = download {
                     held = Some((whole, tag));
                 }
@@ -144,8 +167,8 @@ impl Fetcher {
                     .map(|_| raw)
                     .map_err(|e| match e {
                         // The shard and URL are named once, by the error returned below.
-                        FetchError::Corrupt { reason, .. } => reason,
-                        other => other.to_string(),
+                        FetchError::Corrupt { reason, .. } => Rejected::Header(reason),
+                        other => Rejected::Header(other.to_string()),
                     })
             });
             match outcome {
@@ -158,10 +181,13 @@ impl Fetcher {
                     );
                     return Ok((raw, staged));
                 }
-                Err(reason) => last = reason,
+                Err(reason) => {
+                    failed(attempt, &reason);
+                    last = Some(reason);
+                }
             }
-            failed(attempt, &last);
         }
+        let last = last.map_or_else(String::new, |r| r.to_string());
         Err(FetchError::Corrupt {
             shard,
             file: url,
@@ -362,12 +388,12 @@ impl<B: PartBuffer, S> std::ops::Deref for Download<B, S> {
 }
 
 /// The raw shard from its verified stored bytes: decompressed, or the bytes themselves.
-fn unpack(entry: &ShardEntry, bytes: Bytes) -> Result<Bytes, String> {
+fn unpack(entry: &ShardEntry, bytes: Bytes) -> Result<Bytes, Rejected> {
     match (&entry.zip, &entry.compression) {
         (Some(_), Some(c)) => mds::decompress(c, &bytes, Some(entry.raw.bytes))
             .map(Bytes::from)
-            .map_err(|e| format!("decompressing: {e}")),
-        (Some(_), None) => Err("index.json lists a compressed file without a compression".into()),
+            .map_err(|e| Rejected::Decompress(Arc::new(e))),
+        (Some(_), None) => Err(Rejected::NoCompression),
         (None, _) => Ok(bytes),
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::source::{ColumnFile, Location, SampleSource, SourceError};
+use super::source::{ColumnFile, Location, SampleSource, ShardError, SourceError};
 use crate::cache::{CacheError, ShardCache};
 use crate::mds;
 use crate::plan::SampleMap;
@@ -152,32 +152,39 @@ impl MdsDataset {
         let cols = stream.columns.get(shard).ok_or(SourceError::Missing)?;
         let enc = cols.1.get(column as usize).ok_or(SourceError::Missing)?;
         let name = entry.raw.basename.clone();
-        let fail = |why: String| SourceError::Shard {
+        let fail = |source: ShardError| SourceError::Shard {
             store: stream.shards.source(),
             shard: name.clone(),
-            why,
+            source: Box::new(source),
         };
         let split = |raw_sample: Bytes| -> Result<Bytes, SourceError> {
             let ranges = mds::split_sample(&entry.columns, &raw_sample)
-                .map_err(|e| fail(format!("sample {i}: {e}")))?;
+                .map_err(|source| fail(ShardError::Sample { index: i, source }))?;
             let r = ranges
                 .get(column as usize)
                 .cloned()
                 .ok_or(SourceError::Missing)?;
             if r.start > r.end || r.end > raw_sample.len() {
-                return Err(fail(format!("column {column} of sample {i} out of bounds")));
+                return Err(fail(ShardError::ColumnOutOfBounds { index: i, column }));
             }
             Ok(raw_sample.slice(r))
         };
-        let render =
-            |raw: Bytes| f(enc, &raw).map_err(|e| fail(format!("sample {i} column {column}: {e}")));
+        let render = |raw: Bytes| {
+            f(enc, &raw).map_err(|source| {
+                fail(ShardError::Column {
+                    index: i,
+                    column,
+                    source,
+                })
+            })
+        };
         if for_size {
             // Ranged reads are not hash-checked: bytes that do not parse fall back to the
             // verified whole shard instead of failing `stat`.
             let ranged = stream
                 .shards
                 .sample_for_size(shard, i)
-                .map_err(|e| fail(e.to_string()))
+                .map_err(|e| fail(e.into()))
                 .and_then(split)
                 .and_then(render);
             match ranged {
@@ -190,10 +197,7 @@ impl MdsDataset {
                 ),
             }
         }
-        let raw_sample = stream
-            .shards
-            .sample(shard, i)
-            .map_err(|e| fail(e.to_string()))?;
+        let raw_sample = stream.shards.sample(shard, i).map_err(|e| fail(e.into()))?;
         render(split(raw_sample)?)
     }
 

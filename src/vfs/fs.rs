@@ -368,10 +368,17 @@ impl Vfs {
     }
 
     fn source_failed(&self, e: SourceError, op: FailedOp) -> VfsError {
-        if let SourceError::Shard { store, shard, why } = &e {
-            self.errors.record(store, shard, why, op);
+        let e = VfsError::from_source(e, op);
+        if let VfsError::Shard {
+            store,
+            shard,
+            source,
+            ..
+        } = &e
+        {
+            self.errors.record(store, shard, source, op, e.errno());
         }
-        e.into()
+        e
     }
 
     /// Lists folder `ino` from `offset` (0 to start, else an entry's `next_offset`), handing

@@ -6,6 +6,8 @@
 
 use bytes::Bytes;
 
+use crate::cache::CacheError;
+use crate::mds::MdsError;
 pub use crate::plan::Location;
 use crate::status::StreamCacheStatus;
 
@@ -33,14 +35,53 @@ pub enum SourceError {
     #[error("no such sample or column")]
     Missing,
     /// The shard could not be fetched, failed its hash, or its bytes are malformed.
-    #[error("shard {shard}: {why}")]
+    #[error("shard {shard}: {source}")]
     Shard {
         /// The dataset (its store URL) the shard belongs to.
         store: String,
         /// The shard's name (its basename in the dataset).
         shard: String,
         /// What went wrong.
-        why: String,
+        #[source]
+        source: Box<ShardError>,
+    },
+}
+
+/// What went wrong with a shard's bytes: the cache (and through it the store) could not give
+/// them, or the verified bytes do not hold the sample the index describes.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardError {
+    /// The cache could not serve the shard (download, check, disk or budget).
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+    /// The sample's bytes do not split into the columns the index lists.
+    #[error("sample {index}: {source}")]
+    Sample {
+        /// The sample's index in its shard.
+        index: u32,
+        /// What the parser found.
+        #[source]
+        source: MdsError,
+    },
+    /// A column's bytes do not render as its encoding says.
+    #[error("sample {index} column {column}: {source}")]
+    Column {
+        /// The sample's index in its shard.
+        index: u32,
+        /// The column number.
+        column: u32,
+        /// What the parser found.
+        #[source]
+        source: MdsError,
+    },
+    /// A column's range lies outside its sample's bytes.
+    #[error("column {column} of sample {index} out of bounds")]
+    ColumnOutOfBounds {
+        /// The sample's index in its shard.
+        index: u32,
+        /// The column number.
+        column: u32,
     },
 }
 

@@ -5,6 +5,7 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
+use super::error::errno_name;
 use crate::status::{ErrorAnswers, ErrorsStatus, ShardFailure};
 
 const KEEP: usize = 32;
@@ -33,10 +34,20 @@ pub struct ErrorLog {
 }
 
 impl ErrorLog {
-    /// Records that `shard` of the dataset at `store` failed for `why` while answering a
-    /// request of kind `op` (also logged, one line naming all three); a repeat of the latest
-    /// failure within [`SAME_FAILURE_SECS`] only refreshes its time (the answer still counts).
-    pub fn record(&self, store: &str, shard: &str, why: &str, op: FailedOp) {
+    /// Records that `shard` of the dataset at `store` failed with `error` while answering a
+    /// request of kind `op` with `errno` (also logged, one line naming them and the error's
+    /// whole source chain); a repeat of the latest failure within [`SAME_FAILURE_SECS`] only
+    /// refreshes its time (the answer still counts).
+    pub fn record(
+        &self,
+        store: &str,
+        shard: &str,
+        error: &(dyn std::error::Error + 'static),
+        op: FailedOp,
+        errno: i32,
+    ) {
+        let why = chain(error);
+        let errno = errno_name(errno);
         let answers = match op {
             FailedOp::Read => &self.read_answers,
             FailedOp::Size => &self.size_answers,
@@ -50,6 +61,7 @@ impl ErrorLog {
         if let Some(last) = g.1.front_mut() {
             let recent = at.saturating_sub(last.unix_time) <= SAME_FAILURE_SECS;
             if recent && last.store == store && last.shard == shard && last.why == why {
+                last.errno = errno.into();
                 last.unix_time = at;
                 return;
             }
@@ -58,13 +70,16 @@ impl ErrorLog {
             store,
             shard,
             why,
-            "shard unavailable: reads of its samples return EIO"
+            errno,
+            ?op,
+            "shard unavailable: requests for its samples fail"
         );
         g.0 += 1;
         g.1.push_front(ShardFailure {
             store: store.into(),
             shard: shard.into(),
-            why: why.into(),
+            why,
+            errno: errno.into(),
             unix_time: at,
         });
         g.1.truncate(KEEP);
@@ -82,4 +97,19 @@ impl ErrorLog {
             },
         }
     }
+}
+
+/// `error` and each of its sources that adds words of its own, joined by ": ".
+fn chain(error: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = error.to_string();
+    let mut cur = error.source();
+    while let Some(e) = cur {
+        let part = e.to_string();
+        if !text.contains(&part) {
+            text.push_str(": ");
+            text.push_str(&part);
+        }
+        cur = e.source();
+    }
+    text
 }

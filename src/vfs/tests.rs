@@ -1,9 +1,12 @@
 //! The vfs against a model: an in-memory dataset and permutation orders.
 
 use super::*;
+use crate::cache::CacheError;
 use crate::order::OrderError;
 use crate::plan::{Location, NextUse, OrderCache, OrderSource, MIN_KEEP_EPOCHS};
 use crate::readahead::{Readahead, ReadaheadOptions, ShardSource};
+use crate::store::{StoreError, TransientKind};
+use source::ShardError;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
@@ -14,6 +17,8 @@ struct Memory {
     per_shard: u64,
     fetches: AtomicU64,
     broken_shard: Option<u32>,
+    /// How the broken shard fails (default: a hash mismatch).
+    failure: std::sync::Mutex<Option<CacheError>>,
     /// A sample whose size, before its shard is read, comes out 3 bytes too long (as from a
     /// damaged ranged read); `u64::MAX`: none.
     size_lie: AtomicU64,
@@ -93,10 +98,15 @@ impl SampleSource for Memory {
     ) -> Result<bytes::Bytes, SourceError> {
         let sample = at.sample;
         if Some(self.shard_of(sample).ok_or(SourceError::Missing)?) == self.broken_shard {
+            let failure = self.failure.lock().unwrap().clone();
             return Err(SourceError::Shard {
                 store: "file:///data".into(),
                 shard: "shard.00001.mds".into(),
-                why: "hash mismatch".into(),
+                source: Box::new(ShardError::Cache(failure.unwrap_or(CacheError::Corrupt {
+                    shard: 1,
+                    file: "file:///data/shard.00001.mds".into(),
+                    reason: "hash mismatch".into(),
+                }))),
             });
         }
         let b = Self::bytes(sample, column);
@@ -162,6 +172,7 @@ fn memory(n: u64, broken_shard: Option<u32>) -> Arc<Memory> {
         per_shard: 10,
         fetches: AtomicU64::new(0),
         broken_shard,
+        failure: std::sync::Mutex::new(None),
         size_lie: AtomicU64::new(u64::MAX),
         resident: std::sync::atomic::AtomicBool::new(false),
     })
@@ -322,10 +333,117 @@ fn broken_shard_gives_eio_and_is_reported_while_others_work() {
     let status = status_file(&v);
     assert_eq!(status.errors.count, 1);
     assert_eq!(status.errors.recent[0].shard, "shard.00001.mds");
-    assert_eq!(status.errors.recent[0].why, "hash mismatch");
+    assert!(
+        status.errors.recent[0].why.ends_with(": hash mismatch"),
+        "{:?}",
+        status.errors.recent[0]
+    );
+    assert_eq!(status.errors.recent[0].errno, "EIO");
     // ... but both answers count, by kind: the lookup's (size) and the read's.
     assert_eq!(status.errors.answers.size, 1);
     assert_eq!(status.errors.answers.read, 1);
+}
+
+#[test]
+fn each_kind_of_shard_failure_reaches_the_reader_as_its_errno() {
+    use super::inode::{ColumnNo, Node, SampleId};
+    let url = || "s3://b/ds/shard.00001.mds".to_string();
+    let detail = || "from the test".to_string();
+    let after_retries = |last: StoreError| StoreError::RetriesExhausted {
+        attempts: 3,
+        elapsed: std::time::Duration::from_secs(1),
+        last: Box::new(last),
+    };
+    // (failure, errno of a lookup before the shard is read, errno of a read)
+    let cases: Vec<(CacheError, i32, i32)> = vec![
+        (
+            CacheError::Store(StoreError::NotFound {
+                url: url(),
+                detail: detail(),
+            }),
+            libc::ENOENT,
+            libc::EIO,
+        ),
+        (
+            CacheError::Store(StoreError::AccessDenied {
+                url: url(),
+                detail: detail(),
+            }),
+            libc::EACCES,
+            libc::EACCES,
+        ),
+        (
+            CacheError::Store(after_retries(StoreError::Transient {
+                url: url(),
+                kind: TransientKind::Timeout,
+                detail: detail(),
+            })),
+            libc::ETIMEDOUT,
+            libc::ETIMEDOUT,
+        ),
+        (
+            CacheError::Store(after_retries(StoreError::Transient {
+                url: url(),
+                kind: TransientKind::Connection,
+                detail: detail(),
+            })),
+            libc::EIO,
+            libc::EIO,
+        ),
+        (
+            CacheError::Corrupt {
+                shard: 1,
+                file: url(),
+                reason: "hash mismatch".into(),
+            },
+            libc::EIO,
+            libc::EIO,
+        ),
+        (
+            CacheError::Full {
+                shard: 1,
+                need: 10,
+                limit: 10,
+                pinned: 10,
+                filling: 0,
+            },
+            libc::ENOSPC,
+            libc::ENOSPC,
+        ),
+        (
+            CacheError::io(
+                "write",
+                "/cache/x",
+                std::io::Error::from_raw_os_error(libc::ENOSPC),
+            ),
+            libc::ENOSPC,
+            libc::ENOSPC,
+        ),
+        (
+            CacheError::io(
+                "write",
+                "/cache/x",
+                std::io::Error::from_raw_os_error(libc::EBADF),
+            ),
+            libc::EIO,
+            libc::EIO,
+        ),
+    ];
+    for (failure, on_lookup, on_read) in cases {
+        let src = memory(40, Some(1));
+        *src.failure.lock().unwrap() = Some(failure.clone());
+        let v = vfs_over(src, vec![0], 1);
+        let e = path(&v, "samples/00000012.a.bin").unwrap_err();
+        assert_eq!(e.errno(), on_lookup, "lookup: {failure}");
+        let ino = Node::SampleFile(SampleId(12), ColumnNo(0)).ino().unwrap();
+        let e = v.read(ino, 0, 100).unwrap_err();
+        assert_eq!(e.errno(), on_read, "read: {failure}");
+        // The cause is kept whole, and status.json names the errno given.
+        assert!(e.to_string().contains(&failure.to_string()), "{e}");
+        let status = status_file(&v);
+        let last = &status.errors.recent[0];
+        assert_eq!(last.errno, super::error::errno_name(on_read), "{last:?}");
+    }
 }
 
 #[test]

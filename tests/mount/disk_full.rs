@@ -1,4 +1,4 @@
-//! A full cache disk (a tiny tmpfs as `--cache-dir`): reads degrade to memory or to EIO with
+//! A full cache disk (a tiny tmpfs as `--cache-dir`): reads degrade to memory or to ENOSPC with
 //! a clear log line, never to wrong bytes, and the cache works again once space returns.
 
 use super::{bin, drop_cached_pages, Expected};
@@ -154,14 +154,15 @@ fn a_full_cache_disk_serves_verified_shards_from_memory_and_recovers() {
 }
 
 #[test]
-fn a_full_cache_disk_without_memory_is_eio_until_space_returns() {
+fn a_full_cache_disk_without_memory_is_enospc_until_space_returns() {
     let dir = fixtures().join("mds/compressed-zstd");
     let exp = Expected::load(&dir);
     let m = FullDiskMount::new(&dir, "8k", &["--memory-limit", "0"]);
     let (suffix, bytes) = exp.files(0).remove(0);
     let p = m.mnt.join(format!("rank-0/epoch-0/00000000.{suffix}"));
     let e = std::fs::read(&p).unwrap_err();
-    assert_eq!(e.raw_os_error(), Some(libc::EIO), "{e}");
+    // Nothing else can serve the shard: the reader is told the disk is full.
+    assert_eq!(e.raw_os_error(), Some(libc::ENOSPC), "{e}");
     let log = m.log();
     assert!(log.contains("No space left"), "{log}");
     assert!(m.status()["errors"]["count"].as_u64().unwrap() > 0);

@@ -2,6 +2,7 @@
 
 mod allocator;
 mod disk_full;
+mod errnos;
 mod issue38;
 mod metrics;
 mod orders;

@@ -71,11 +71,19 @@ pub enum EtagMode {
 /// The part size of `aws s3 cp` (its default multipart_chunksize, also its threshold).
 const PART: u64 = 8 << 20;
 
-fn s3_etag(path: &Path, mode: EtagMode) -> std::io::Result<Option<Arc<str>>> {
-    if mode == EtagMode::Opaque {
-        return Ok(None);
+/// The ETag (`None`: opaque) and, when `crc` is asked, the CRC64NVME S3 would keep for the
+/// file at `path`; the file is read once, and only when one of them needs its bytes.
+fn file_sums(
+    path: &Path,
+    mode: EtagMode,
+    crc: bool,
+) -> std::io::Result<(Option<Arc<str>>, Option<u64>)> {
+    if mode == EtagMode::Opaque && !crc {
+        return Ok((None, None));
     }
-    Ok(etag_of(&std::fs::read(path)?, mode))
+    let data = std::fs::read(path)?;
+    let crc64nvme = crc.then(|| crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, &data));
+    Ok((etag_of(&data, mode), crc64nvme))
 }
 
 /// The ETag S3 would give `data` in `mode` (`None` for opaque ETags).
@@ -127,6 +135,7 @@ fn walk(
     dir: &Path,
     prefix: &str,
     mode: EtagMode,
+    crc: bool,
     out: &mut BTreeMap<String, Entry>,
 ) -> std::io::Result<()> {
     for ent in std::fs::read_dir(dir)? {
@@ -135,15 +144,16 @@ fn walk(
         let key = format!("{prefix}{name}");
         let meta = ent.metadata()?;
         if meta.is_dir() {
-            walk(&ent.path(), &format!("{key}/"), mode, out)?;
+            walk(&ent.path(), &format!("{key}/"), mode, crc, out)?;
         } else if meta.is_file() {
+            let (etag, crc64nvme) = file_sums(&ent.path(), mode, crc)?;
             out.insert(
                 key,
                 Entry {
                     size: meta.len(),
                     mtime: meta.modified().unwrap_or(SystemTime::UNIX_EPOCH),
-                    etag: s3_etag(&ent.path(), mode)?,
-                    crc64nvme: None,
+                    etag,
+                    crc64nvme,
                     data: Data::File(ent.path().into()),
                 },
             );
@@ -166,21 +176,26 @@ impl Buckets {
         }
     }
 
-    /// Indexes every bucket folder under `root`.
+    /// Indexes every bucket folder under `root`. With `checksums`, every object gets the
+    /// full-object CRC64NVME S3 keeps for it (each file read once at start) and a HEAD with
+    /// checksum mode is answered with it, as S3 does; without, the store is ETag-only.
     pub fn open(
         root: &Path,
         stats: Arc<Stats>,
         etags: EtagMode,
         faults: Arc<Faults>,
+        checksums: bool,
     ) -> std::io::Result<Buckets> {
         let out = Buckets::new(stats, etags, faults);
+        out.checksum_mode
+            .store(checksums, std::sync::atomic::Ordering::Relaxed);
         {
             let mut buckets = out.write();
             for ent in std::fs::read_dir(root)? {
                 let ent = ent?;
                 if ent.metadata()?.is_dir() {
                     let mut keys = BTreeMap::new();
-                    walk(&ent.path(), "", etags, &mut keys)?;
+                    walk(&ent.path(), "", etags, checksums, &mut keys)?;
                     buckets.insert(ent.file_name().to_string_lossy().into_owned(), keys);
                 }
             }
@@ -248,6 +263,7 @@ impl Buckets {
         match d.fault {
             Some(ServerFault::SlowDown) => Err(slow_down()),
             Some(ServerFault::InternalError) => Err(s3_error!(InternalError, "injected")),
+            Some(ServerFault::AccessDenied) => Err(s3_error!(AccessDenied, "injected")),
             Some(ServerFault::Reset) => {
                 self.resets_pending.fetch_add(1, Ordering::Relaxed);
                 Err(s3_error!(InternalError, "reset"))

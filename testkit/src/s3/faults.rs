@@ -151,6 +151,8 @@ pub enum ServerFault {
     SlowDown,
     /// 500 InternalError.
     InternalError,
+    /// 403 AccessDenied (as a bucket policy that refuses some keys answers).
+    AccessDenied,
     /// Close the connection without answering.
     Reset,
     /// Send half of the body, then fail the stream (Content-Length unmet).
