@@ -86,8 +86,10 @@ impl FaultyStore {
         self.fired.load(Ordering::Relaxed)
     }
 
-    /// Consumes the matching rules for one request: total latency and the outcome.
-    fn decide(&self, key: &ObjectKey) -> (Duration, Outcome) {
+    /// Consumes the matching rules for one request: total latency and the outcome. Damage
+    /// to a body (truncation, a flipped byte) applies to requests with a `body` only: a HEAD
+    /// leaves such a rule for the GET it is meant for.
+    fn decide(&self, key: &ObjectKey, body: bool) -> (Duration, Outcome) {
         let mut rules = self.rules.lock().unwrap_or_else(|p| p.into_inner());
         let mut delay = Duration::ZERO;
         let mut outcome = Outcome::Pass;
@@ -97,6 +99,9 @@ impl FaultyStore {
             }
             let is_latency = matches!(rule.fault, Fault::Latency(_));
             if !is_latency && !matches!(outcome, Outcome::Pass) {
+                continue;
+            }
+            if !body && matches!(rule.fault, Fault::Truncate | Fault::Corrupt) {
                 continue;
             }
             if let Some(n) = rule.remaining.as_mut() {
@@ -131,8 +136,8 @@ impl FaultyStore {
     }
 
     /// Decides the fault for one request to `key` and sleeps its added latency.
-    async fn next_fault(&self, key: &ObjectKey) -> Outcome {
-        let (delay, outcome) = self.decide(key);
+    async fn next_fault(&self, key: &ObjectKey, body: bool) -> Outcome {
+        let (delay, outcome) = self.decide(key, body);
         if !delay.is_zero() {
             tokio::time::sleep(delay).await;
         }
@@ -155,7 +160,7 @@ impl Store for FaultyStore {
     }
 
     async fn head(&self, key: &ObjectKey) -> Result<ObjectInfo, StoreError> {
-        match self.next_fault(key).await {
+        match self.next_fault(key, false).await {
             Outcome::Fail(e) => Err(e),
             _ => self.inner.head(key).await,
         }
@@ -166,7 +171,7 @@ impl Store for FaultyStore {
         key: &ObjectKey,
         mut opts: GetOptions<'_>,
     ) -> Result<Fetched, StoreError> {
-        let damage = match self.next_fault(key).await {
+        let damage = match self.next_fault(key, true).await {
             Outcome::Fail(e) => return Err(e),
             Outcome::Pass => return self.inner.get_opts(key, opts).await,
             Outcome::Damage(f) => f,
@@ -199,7 +204,7 @@ impl Store for FaultyStore {
     }
 
     async fn checksums(&self, key: &ObjectKey) -> Result<StoreChecksums, StoreError> {
-        match self.next_fault(key).await {
+        match self.next_fault(key, false).await {
             Outcome::Fail(e) => Err(e),
             _ => self.inner.checksums(key).await,
         }

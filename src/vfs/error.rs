@@ -6,10 +6,19 @@
 //! else is `EIO`, with the whole cause logged and kept in `status.json`.
 
 use super::source::{ShardError, SourceError};
-use super::status::FailedOp;
 use crate::cache::CacheError;
 use crate::plan::PlanError;
 use crate::store::StoreErrorKind;
+
+/// What a failed request was doing: a read of a sample file's bytes, or finding its size
+/// (a LOOKUP or GETATTR before the shard was read).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FailedOp {
+    /// READ of a sample file.
+    Read,
+    /// LOOKUP or GETATTR of a sample file whose size was not known yet.
+    Size,
+}
 
 /// Why a filesystem request failed.
 #[derive(Debug, thiserror::Error)]

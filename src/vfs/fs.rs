@@ -7,12 +7,12 @@ use bytes::Bytes;
 use crate::latency::LatencyHistogram;
 use std::time::{Instant, SystemTime};
 
-use super::error::VfsError;
+use super::error::{FailedOp, VfsError};
 use super::inode::{ColumnNo, Epoch, Fixed, Ino, LocalRank, Node, Position, SampleId, MAX_EPOCHS};
 use super::names::{file_name, parse_epoch_dir, parse_file_name, parse_rank_dir, width_for};
 use super::recent::{KnownSizes, Named, RecentNames, SizeState};
 use super::source::{Location, SampleSource, SourceError};
-use super::status::{ErrorLog, FailedOp};
+use super::status::ErrorLog;
 use crate::plan::{OrderCache, RankOrder};
 use crate::readahead::Readahead;
 use crate::status::{MountStatus, ReadaheadStatus};

@@ -5,23 +5,13 @@ use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use super::error::errno_name;
+use super::error::{errno_name, FailedOp};
 use crate::status::{ErrorAnswers, ErrorsStatus, ShardFailure};
 
 const KEEP: usize = 32;
 /// A failure of the same shard for the same reason within this many seconds of the last one
 /// is the same failure seen again (a file's lookup and then its read), not a new one.
 const SAME_FAILURE_SECS: u64 = 2;
-
-/// What a failed request was doing: a read of a sample file's bytes, or finding its size
-/// (a LOOKUP or GETATTR before the shard was read).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum FailedOp {
-    /// READ of a sample file.
-    Read,
-    /// LOOKUP or GETATTR of a sample file whose size was not known yet.
-    Size,
-}
 
 /// The last few shard failures and how many there were.
 #[derive(Default)]
