@@ -171,10 +171,11 @@ impl<'a> AskedChecksums<'a> {
     /// (the ETag rules apply then), logged once.
     pub(super) fn get(&self) -> store::StoreChecksums {
         use std::sync::atomic::Ordering::Relaxed;
-        let mut answer = self.answer.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(sums) = *answer {
+        if let Some(sums) = *self.answer.lock().unwrap_or_else(|p| p.into_inner()) {
             return sums;
         }
+        // Not locked while asking: a download's parts check `answered` as they land, inside
+        // the store's runtime, which must not wait for this request.
         let sums = match self.dataset.store.checksums(self.key) {
             Ok(sums) => sums,
             Err(e) => {
@@ -187,8 +188,11 @@ impl<'a> AskedChecksums<'a> {
         } else {
             self.dataset.store_checksums_seen.store(true, Relaxed);
         }
-        *answer = Some(sums);
-        sums
+        *self
+            .answer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get_or_insert(sums)
     }
 
     /// Whether asking is worth a request: only S3 keeps checksums apart from its answers
@@ -204,7 +208,7 @@ impl<'a> AskedChecksums<'a> {
     }
 
     /// The answer, when the store was asked and gave a checksum; never asks.
-    fn answered(&self) -> Option<store::StoreChecksums> {
+    pub(super) fn answered(&self) -> Option<store::StoreChecksums> {
         let answer = *self.answer.lock().unwrap_or_else(|p| p.into_inner());
         answer.filter(|sums| !sums.is_empty())
     }

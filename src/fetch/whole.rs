@@ -102,7 +102,14 @@ impl Fetcher {
             let fetch = |held: Option<(B, store::EtagMd5s)>| match held {
                 Some((whole, tag)) => self.repair(shard, &key, &check, whole, tag, &asked),
                 None if in_parts => {
-                    self.download_in_parts(&key, stored.bytes, md5_while_landing, buffer, stage)
+                    self.download_in_parts(
+                        &key,
+                        stored.bytes,
+                        md5_while_landing,
+                        &|| asked.answered().is_some(),
+                        buffer,
+                        stage,
+                    )
                 }
                 None => self.store.get_fetched(&key).map(Download::Whole),
             };
@@ -204,6 +211,7 @@ impl Fetcher {
         key: &ObjectKey,
         size: u64,
         hashless: bool,
+        checksum_known: &(dyn Fn() -> bool + Sync),
         buffer: &dyn Fn(usize) -> B,
         stage: Option<Stager<'_, S>>,
     ) -> Result<Download<B, S>, StoreError> {
@@ -222,9 +230,14 @@ impl Fetcher {
             key,
             whole.as_mut(),
             self.fetch_part_size,
-            &mut HashWhileLanding(digest.as_mut()),
+            &mut HashWhileLanding(digest.as_mut(), checksum_known),
         )?;
         let bytes: &[u8] = whole.as_ref();
+        // The store's checksum came while the parts landed: it is the check, so the MD5
+        // begun before it is dropped unfinished.
+        if checksum_known() {
+            digest = None;
+        }
         let landed = std::time::Instant::now();
         // Written beside a long serial hash only: otherwise the shard is published as soon as
         // it is checked, and written after (its first reader need not wait for the disk).
@@ -306,10 +319,14 @@ impl Fetcher {
 
 /// Feeds a download's ETag digest while its parts land, except what lands with the last part
 /// (hashed after the download, beside the staged write and on several threads).
-struct HashWhileLanding<'a>(Option<&'a mut EtagDigest>);
+/// (the ETag digest; whether the store's own checksum has come, which makes it unneeded).
+struct HashWhileLanding<'a>(Option<&'a mut EtagDigest>, &'a (dyn Fn() -> bool + Sync));
 
 impl store::Landing for HashWhileLanding<'_> {
     fn landed(&mut self, tag: &store::EtagMd5s, at: u64, bytes: &[u8], all_in: bool) {
+        if (self.1)() {
+            self.0 = None;
+        }
         if let (Some(d), false) = (self.0.as_mut(), all_in) {
             d.landed(tag, at, bytes);
         }
