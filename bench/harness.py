@@ -1061,22 +1061,35 @@ def server_table(curl):
     return "\n".join(lines)
 
 
+def cache_shard_files(folder):
+    """[(path, size)] of the shard files a shardfs cache folder holds, whatever they are
+    named: every regular file under the `shards/` folder of each dataset folder (the one
+    beside its `dataset.json`, src/cache/layout.rs), in subfolders too (basenames may hold
+    folders). Fills in progress (`tmp/`) and checksums (`sums/`) are not shard files."""
+    out = []
+    for root, dirs, _ in os.walk(folder):
+        if "dataset.json" not in os.listdir(root) or "shards" not in dirs:
+            continue
+        for sroot, _, names in os.walk(os.path.join(root, "shards")):
+            for n in names:
+                path = os.path.join(sroot, n)
+                if os.path.isfile(path) and not os.path.islink(path):
+                    out.append((path, os.path.getsize(path)))
+        dirs.clear()
+    return sorted(out)
+
+
 def disk_ceiling(folder, read_bytes, depths=(1, 4, 8), reads=4000):
     """This machine's cache-disk ceiling for a warm pass: random reads of one sample's size
-    (rounded up to 4 KiB, at 4 KiB-aligned offsets) of the files under `folder` with
+    (rounded up to 4 KiB, at 4 KiB-aligned offsets) of the shard files of the shardfs cache
+    folder `folder` (`cache_shard_files`) with
     O_DIRECT (what shardfs does with its cache files), from `depth` threads at once.
     {depth: {reads_per_s, mb_per_s}}, or {} when the files or O_DIRECT are not there.
     Python threads (preadv releases the GIL); the reads are ~100 µs, the Python around
     them a few."""
     import mmap
     import threading
-    files = []
-    for root, _, names in os.walk(folder):
-        for n in names:
-            path = os.path.join(root, n)
-            size = os.path.getsize(path)
-            if n.endswith(".mds") and size > 2 * read_bytes:
-                files.append((path, size))
+    files = [(p, size) for p, size in cache_shard_files(folder) if size > 2 * read_bytes]
     if not files:
         return {}
     span = (read_bytes + 4095) // 4096 * 4096

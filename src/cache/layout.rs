@@ -15,7 +15,7 @@
 //! there is no separate journal to get out of step. Basenames may contain folders
 //! ("3/shard.00000.mds"); they are validated as [`ObjectKey`]s and so cannot escape.
 
-use super::io::direct;
+use super::io::{direct, DirectPath};
 use super::CacheError;
 use crate::store::ObjectKey;
 use std::fs::{self, File, OpenOptions};
@@ -61,10 +61,11 @@ pub enum Durability {
     /// every adopted shard is hashed against its recorded xxh3 before first use, so a torn
     /// file is refetched, never served — and the fill path does not wait for the disk.
     Unsynced,
-    /// As `Unsynced`, written past the page cache (`O_DIRECT`, see `io::direct`) when the
-    /// bytes start on a block boundary; the usual way when they do not, or when the file
-    /// system refuses direct writes.
-    Direct,
+    /// As `Unsynced`, written past the page cache (`O_DIRECT`, see `io::direct`; through
+    /// io_uring or pwrite as the [`DirectPath`] says) when the bytes start on a block
+    /// boundary; the usual way when they do not, or when the file system refuses direct
+    /// writes.
+    Direct(DirectPath),
 }
 
 impl Layout {
@@ -199,8 +200,8 @@ impl Layout {
             sync,
         };
         let tmp = &staged.path;
-        if sync == Durability::Direct && direct::is_aligned(data) {
-            match direct::write_new(tmp, data) {
+        if let (Durability::Direct(path), true) = (sync, direct::is_aligned(data)) {
+            match path.write_new(tmp, data) {
                 Ok(()) => return Ok(staged),
                 // EINVAL: alignments this file system does not take; write it the usual way.
                 Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
@@ -298,7 +299,11 @@ mod tests {
         let tmp_files = || fs::read_dir(&layout.tmp).unwrap().count();
         let key = ObjectKey::new("d/shard.00000.mds").unwrap();
         let dest = layout.shard_path(&key);
-        for sync in [Durability::Unsynced, Durability::Direct] {
+        for sync in [
+            Durability::Unsynced,
+            Durability::Direct(DirectPath::Pread),
+            Durability::Direct(DirectPath::Uring),
+        ] {
             let data = direct::AlignedBuf::zeroed(3 << 12).unwrap();
             let staged = layout.stage(&data, "shard0", sync).unwrap();
             assert_eq!(tmp_files(), 1);

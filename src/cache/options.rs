@@ -5,7 +5,8 @@ use std::path::PathBuf;
 /// How cached shard files are read.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum IoMode {
-    /// io_uring when the kernel allows it, else `pread` (env `SHARDFS_IO=pread|uring` overrides).
+    /// io_uring when the kernel allows it, else `pread` (env `SHARDFS_IO=pread|uring` overrides);
+    /// past the page cache too (`io_uring-direct`, else `pread-direct`).
     #[default]
     Auto,
     /// io_uring on dedicated ring threads; opening fails when it is unavailable.
@@ -13,7 +14,7 @@ pub enum IoMode {
     /// io_uring with one ring per reading thread, submitted inline (no thread hand-off);
     /// opening fails when it is unavailable.
     UringInline,
-    /// Plain `pread(2)`.
+    /// Plain `pread(2)` (and `pwrite(2)` past the page cache): no io_uring at all.
     Pread,
 }
 

@@ -69,9 +69,11 @@ pub struct CacheStats {
     pub idle_download_buffer_bytes: u64,
     /// Shards currently pinned by open handles.
     pub pinned_shards: u64,
-    /// Which reader serves cached files: "pread-direct" (past the page cache, the default where
-    /// the cache folder's file system takes it), else "io_uring-inline", "io_uring" (ring
-    /// threads) or "pread".
+    /// How cached files are read and written. Past the page cache (`O_DIRECT`, the default
+    /// where the cache folder's file system takes it): "io_uring-direct" (io_uring, several
+    /// reads or writes in flight; the default where the kernel has io_uring) or
+    /// "pread-direct" (pread/pwrite: no io_uring, or `SHARDFS_IO=pread`). Through the page
+    /// cache: "io_uring-inline", "io_uring" (ring threads) or "pread".
     pub io_backend: Cow<'static, str>,
 }
 

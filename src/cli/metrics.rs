@@ -126,6 +126,20 @@ fn families(status: &MountStatus) -> Vec<(&'static str, &'static str, Family)> {
         "Shards on the disk tier now.",
         Family::Gauge(per_stream(|c| c.resident_shards)),
     ));
+    let backends = streams
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            let mut labels = stream_labels(i, s);
+            labels.push(("backend".into(), s.stats.io_backend.to_string()));
+            (labels, 1.0)
+        })
+        .collect();
+    out.push((
+        "shardfs_cache_io_backend",
+        "1, labelled with how the stream's cache reads and writes its files (io_backend in status.json: io_uring-direct, pread-direct, io_uring-inline, io_uring or pread).",
+        Family::Gauge(backends),
+    ));
     out.push((
         "shardfs_memory_tier_bytes",
         "Bytes the memory tier holds now.",
@@ -485,6 +499,7 @@ mod tests {
             memory_tier_bytes: 700,
             downloading_bytes: 64,
             idle_download_buffer_bytes: 32,
+            io_backend: "io_uring-direct".into(),
             ..CacheStats::default()
         };
         let status = MountStatus {
@@ -532,6 +547,7 @@ mod tests {
             "shardfs_memory_tier_bytes{stream=\"0\",source=\"s3://b/p\"} 700",
             "shardfs_downloading_bytes{stream=\"0\",source=\"s3://b/p\"} 64",
             "shardfs_idle_download_buffer_bytes{stream=\"0\",source=\"s3://b/p\"} 32",
+            "shardfs_cache_io_backend{stream=\"0\",source=\"s3://b/p\",backend=\"io_uring-direct\"} 1",
             "shardfs_process_memory_bytes{kind=\"resident\"} 40960000",
             "shardfs_process_memory_bytes{kind=\"page_pool_free\"} 0",
             "shardfs_process_threads 65",

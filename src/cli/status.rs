@@ -78,6 +78,21 @@ fn sum(status: &MountStatus, field: fn(&CacheStats) -> u64) -> f64 {
     status.cache.iter().map(|s| field(&s.stats) as f64).sum()
 }
 
+/// How the streams' caches read their files (`io_backend`), each name once.
+fn io_backends(status: &MountStatus) -> String {
+    let mut names: Vec<&str> = Vec::new();
+    for s in &status.cache {
+        let name = &*s.stats.io_backend;
+        if !name.is_empty() && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    if names.is_empty() {
+        return "-".into();
+    }
+    names.join(", ")
+}
+
 /// The lines under the bars: cache, fetches, stalls, errors. `fetch_rate` is bytes/s.
 fn summary(status: &MountStatus, fetch_rate: f64) -> Vec<String> {
     let limit = sum(status, |c| c.limit_bytes);
@@ -98,11 +113,12 @@ fn summary(status: &MountStatus, fetch_rate: f64) -> Vec<String> {
     let ra = &status.readahead;
     let mut lines = vec![
         format!(
-            "cache   {} of {}, {} shards on disk, {} evicted",
+            "cache   {} of {}, {} shards on disk, {} evicted, io {}",
             human_bytes(usage),
             limit_text,
             sum(status, |c| c.resident_shards),
-            sum(status, |c| c.evictions)
+            sum(status, |c| c.evictions),
+            io_backends(status)
         ),
         format!(
             "fetch   {}/s, {} in all ({} shards), {} in flight, {} queued",
@@ -274,6 +290,7 @@ mod tests {
             resident_shards: 8,
             bytes_fetched: 2 << 30,
             shards_fetched: 30,
+            io_backend: "io_uring-direct".into(),
             ..CacheStats::default()
         };
         let status = MountStatus {
@@ -305,7 +322,7 @@ mod tests {
             "/mnt/ds  pid 7",
             "rank 5 epoch 1",
             "50/100 (50.0 %)  12 samples/s",
-            "cache   512 MiB of 1 GiB (50 %), 8 shards on disk",
+            "cache   512 MiB of 1 GiB (50 %), 8 shards on disk, 0 evicted, io io_uring-direct",
             "fetch   204.8 MiB/s, 2 GiB in all (30 shards), 1 in flight, 3 queued",
             "stalls  2 reads waited 0.5 s",
             "errors  1",

@@ -29,7 +29,7 @@ use std::ptr::NonNull;
 pub const ALIGN: usize = 4096;
 
 /// `n` rounded up to a multiple of [`ALIGN`] (`None` on overflow).
-fn round_up(n: usize) -> Option<usize> {
+pub(super) fn round_up(n: usize) -> Option<usize> {
     n.checked_add(ALIGN - 1).map(|x| x & !(ALIGN - 1))
 }
 
@@ -131,6 +131,25 @@ impl AlignedBuf {
             init,
             origin: Origin::Allocator,
         })
+    }
+
+    /// An uninitialised buffer of `span` bytes (a non-zero multiple of [`ALIGN`]) for a read
+    /// to fill: from the page pool when its size is one the pool serves.
+    pub(super) fn for_read(span: usize) -> io::Result<Self> {
+        Self::from_allocator(span, false)
+    }
+
+    /// The start of the buffer's memory, for the kernel to read into or write from.
+    pub(super) fn as_mut_ptr(&mut self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// Records that the kernel wrote the first `n` bytes (at most the capacity).
+    ///
+    /// # Safety
+    /// The first `n` bytes must have been written (a completed read reported them).
+    pub(super) unsafe fn assume_init(&mut self, n: usize) {
+        self.init = self.init.max(n.min(self.cap));
     }
 
     /// A copy of `data` (at least one byte) in a buffer of its own.
@@ -308,19 +327,67 @@ pub fn read_exact_at(file: &File, offset: u64, len: usize) -> io::Result<Bytes> 
     if len == 0 {
         return Ok(Bytes::new());
     }
-    let start = offset & !(ALIGN as u64 - 1);
-    let lead = (offset - start) as usize;
-    let span = lead
-        .checked_add(len)
-        .and_then(round_up)
-        .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
-    let mut buf = AlignedBuf::from_allocator(span, false)?;
-    read_exact_into(file, &mut buf, start, lead + len)?;
-    // (A quarter: the page pool's size classes alone may add a fifth.)
-    if buf.capacity() - len > len / 4 {
-        return Ok(kept_copy(&buf[lead..]));
+    let span = Span::around(offset, len)?;
+    let mut buf = AlignedBuf::for_read(span.bytes)?;
+    read_exact_into(file, &mut buf, span.start, span.lead + len)?;
+    Ok(span.take(buf))
+}
+
+/// The aligned span of whole blocks around a byte range, for one direct read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct Span {
+    /// Where the span starts (the range's offset rounded down to [`ALIGN`]).
+    pub start: u64,
+    /// Bytes from the span's start to the range's.
+    pub lead: usize,
+    /// The range's length.
+    pub len: usize,
+    /// The span's length, a multiple of [`ALIGN`].
+    pub bytes: usize,
+}
+
+impl Span {
+    /// The span around `len` (> 0) bytes at `offset`; `InvalidInput` when it would overflow.
+    pub fn around(offset: u64, len: usize) -> io::Result<Self> {
+        let start = offset & !(ALIGN as u64 - 1);
+        let lead = (offset - start) as usize;
+        let bytes = lead
+            .checked_add(len)
+            .and_then(round_up)
+            .filter(|_| offset.checked_add(len as u64).is_some())
+            .ok_or_else(|| io::Error::from(io::ErrorKind::InvalidInput))?;
+        Ok(Span {
+            start,
+            lead,
+            len,
+            bytes,
+        })
     }
-    Ok(Bytes::from_owner(buf).slice(lead..))
+
+    /// The range out of `buf`, into which a read of the span put `got` bytes from its start:
+    /// `UnexpectedEof` when that does not reach the range's end (the file is shorter).
+    pub fn finish(&self, mut buf: AlignedBuf, got: usize) -> io::Result<Bytes> {
+        if got < self.lead + self.len {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "file shorter than the requested range",
+            ));
+        }
+        buf.set_len(self.lead + self.len);
+        Ok(self.take(buf))
+    }
+
+    /// The range out of `buf`, whose first `lead + len` bytes the read filled: in the aligned
+    /// buffer itself (no copy) unless it is much larger than the range (a small sample), when
+    /// it is copied out so a kept sample does not hold a buffer many times its size.
+    fn take(&self, buf: AlignedBuf) -> Bytes {
+        let (lead, len) = (self.lead, self.len);
+        // (A quarter: the page pool's size classes alone may add a fifth.)
+        if buf.capacity() - len > len / 4 {
+            return kept_copy(&buf[lead..lead + len]);
+        }
+        Bytes::from_owner(buf).slice(lead..lead + len)
+    }
 }
 
 /// A copy of `data` to keep for a while (a sample for the memory tier): mid-sized ones in
@@ -346,29 +413,45 @@ pub fn is_aligned(data: &[u8]) -> bool {
 /// `data.len()`. Errors as the system gives them (`EINVAL`: the file system or device does
 /// not take these alignments); the caller removes a partial file.
 pub fn write_new(path: &Path, data: &[u8]) -> io::Result<()> {
-    use std::os::unix::fs::{FileExt, OpenOptionsExt};
+    use std::os::unix::fs::FileExt;
     if !is_aligned(data) {
         return Err(io::Error::new(
             io::ErrorKind::InvalidInput,
             "direct write from an unaligned buffer",
         ));
     }
-    let file = std::fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .custom_flags(libc::O_DIRECT)
-        .open(path)?;
+    let file = create_new(path)?;
     let body = data.len() & !(ALIGN - 1);
     file.write_all_at(&data[..body], 0)?;
-    if body < data.len() {
-        let mut tail = AlignedBuf::zeroed(ALIGN)?;
-        tail.set_len(ALIGN);
-        tail[..data.len() - body].copy_from_slice(&data[body..]);
+    if let Some(tail) = padded_tail(data)? {
         file.write_all_at(&tail, body as u64)?;
         file.set_len(data.len() as u64)?;
     }
     Ok(())
+}
+
+/// Creates `path` (mode 0600; it must not exist) for writing with `O_DIRECT`.
+pub(super) fn create_new(path: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_DIRECT)
+        .open(path)
+}
+
+/// The last partial block of `data` (its bytes past the last whole block), zero-padded to a
+/// block in a buffer of its own; `None` when `data` ends on a block boundary.
+pub(super) fn padded_tail(data: &[u8]) -> io::Result<Option<AlignedBuf>> {
+    let body = data.len() & !(ALIGN - 1);
+    if body == data.len() {
+        return Ok(None);
+    }
+    let mut tail = AlignedBuf::zeroed(ALIGN)?;
+    tail.set_len(ALIGN);
+    tail[..data.len() - body].copy_from_slice(&data[body..]);
+    Ok(Some(tail))
 }
 
 /// True when `dir` is on a file system that lives in the page cache itself (tmpfs, ramfs):

@@ -29,7 +29,7 @@ impl ShardCache {
             Some(Slot::Resident { file: Some(f), .. }) => f.clone(),
             _ => return Advice::Skipped,
         };
-        if self.direct {
+        if self.direct.is_some() {
             return self.preload(shard, i, file, range);
         }
         let (Ok(offset), Ok(len)) = (

@@ -200,10 +200,9 @@ impl ShardCache {
         let _demand = crate::store::demand_scope(demand);
         let started = Instant::now();
         let key = self.key(shard)?;
-        let durability = if self.direct {
-            Durability::Direct
-        } else {
-            Durability::Unsynced
+        let durability = match self.direct {
+            Some(path) => Durability::Direct(path),
+            None => Durability::Unsynced,
         };
         let tag = format!("shard{shard}");
         // Written to disk on a thread of its own while a long serial hash of its last bytes

@@ -1,7 +1,6 @@
 //! `ShardHandle`: an open, pinned shard of the disk tier, read by the byte, header or sample.
 
 use super::ShardCache;
-use crate::cache::io;
 use crate::cache::memory::Provenance;
 use crate::cache::stats::Counters;
 use crate::cache::CacheError;
@@ -40,7 +39,7 @@ impl ShardHandle {
         self.len == 0
     }
 
-    /// `len` bytes at `offset` of the cached file (io_uring or pread).
+    /// `len` bytes at `offset` of the cached file (io_uring or pread, direct or buffered).
     pub fn read_at(&self, offset: u64, len: usize) -> Result<Bytes, CacheError> {
         if offset
             .checked_add(len as u64)
@@ -51,13 +50,13 @@ impl ShardHandle {
                 format!("bytes {offset}+{len} of a {}-byte file", self.len),
             ));
         }
-        let read = if self.cache.direct {
-            io::direct::read_exact_at(&self.file, offset, len)
-        } else {
-            self.cache
+        let read = match self.cache.direct {
+            Some(path) => path.read_exact_at(&self.file, offset, len),
+            None => self
+                .cache
                 .reader
                 .read_exact_at(&self.file, offset, len)
-                .map(Bytes::from)
+                .map(Bytes::from),
         };
         read.map_err(|e| {
             CacheError::io(

@@ -26,7 +26,7 @@ pub use handle::ShardHandle;
 
 use super::dataset::Dataset;
 use super::download_budget::{DownloadBudget, IdleFreeing};
-use super::io::FileReader;
+use super::io::{DirectPath, FileReader};
 use super::layout::Layout;
 use super::memory::MemoryTier;
 use super::policy::EvictionPolicy;
@@ -78,9 +78,10 @@ pub struct ShardCache {
     room: Condvar,
     policy: Arc<dyn EvictionPolicy>,
     reader: Arc<dyn FileReader>,
-    /// Cached shard files are written and read past the page cache (`O_DIRECT`): the mount's
-    /// own files hold the bytes readers read in RAM, once (see `io::direct`).
-    direct: bool,
+    /// Cached shard files are written and read past the page cache (`O_DIRECT`), and how
+    /// (io_uring or pread/pwrite): the mount's own files hold the bytes readers read in RAM,
+    /// once (see `io::direct`). `None`: through the page cache, with `reader`.
+    direct: Option<DirectPath>,
     memory: MemoryTier,
     /// Samples the readahead asked for, read from direct-I/O files ahead of their reader.
     preloader: Preloader,

@@ -57,16 +57,26 @@ impl ShardCache {
         });
         let lock = layout.prepare(meta.to_string().as_bytes())?;
         let reader = io::select(opts.io, opts.uring_depth)?;
-        let direct = opts.direct_io && io::direct_wanted()? && io::direct::probe(&layout.tmp);
-        tracing::info!(
-            direct,
-            "cached shard files {} the page cache",
-            if direct { "bypass" } else { "go through" }
-        );
+        let direct = (opts.direct_io && io::direct_wanted()? && io::direct::probe(&layout.tmp))
+            .then(|| {
+                io::effective_mode(opts.io)
+                    .map(|mode| io::choose_direct(mode, &layout.tmp, io::uring_direct::probe))
+            })
+            .transpose()?;
+        if direct.is_none() {
+            tracing::info!(
+                reader = reader.name(),
+                "cached shard files go through the page cache"
+            );
+        }
         let adopted = adopt(&layout, &keys, shards)?;
         tracing::info!(dir = %layout.root.display(), adopted = adopted.trust.len(), usage = adopted.usage, "shard cache opened");
         // With direct I/O, part of the memory tier's share holds samples read ahead instead.
-        let preload_cap = if direct { opts.memory_limit / 8 * 3 } else { 0 };
+        let preload_cap = if direct.is_some() {
+            opts.memory_limit / 8 * 3
+        } else {
+            0
+        };
         let counters = Arc::new(Counters::default());
         let downloads = Arc::new(DownloadBudget::with_loan(
             opts.download_memory,
@@ -74,7 +84,7 @@ impl ShardCache {
         ));
         let cache = Arc::new(ShardCache {
             memory: MemoryTier::new(opts.memory_limit - preload_cap),
-            preloader: Preloader::new(preload_cap, &counters),
+            preloader: Preloader::new(preload_cap, &counters, direct),
             counters,
             dataset,
             layout,

@@ -53,10 +53,9 @@ impl ShardCache {
             downloading_bytes: self.downloads.in_use(),
             idle_download_buffer_bytes: self.downloads.idle_buffer_bytes(),
             pinned_shards: pinned,
-            io_backend: if self.direct {
-                "pread-direct".into()
-            } else {
-                self.reader.name().into()
+            io_backend: match self.direct {
+                Some(path) => path.name().into(),
+                None => self.reader.name().into(),
             },
         }
     }

@@ -2,7 +2,7 @@
 //! xxh3 in this process and unchanged since), and re-hashing those that are new or changed.
 
 use super::ShardCache;
-use crate::cache::io;
+use crate::cache::io::{self, DirectPath};
 use crate::cache::stats::Counters;
 use crate::cache::CacheError;
 use std::fs::File;
@@ -23,17 +23,22 @@ pub(super) struct FileStamp {
     mtime_ns: i128,
 }
 
-/// xxh3-64 of the first `len` bytes of `file`, read in 1 MiB pieces into one buffer
-/// (`direct`: the file was opened with `O_DIRECT`).
-fn hash_file(file: &File, len: u64, direct: bool) -> std::io::Result<u64> {
+/// xxh3-64 of the first `len` bytes of `file`, read in 1 MiB pieces: with `O_DIRECT` as
+/// `direct` says (through io_uring, a few pieces read ahead of the hash, or pread), else
+/// through the page cache into one buffer.
+fn hash_file(file: &File, len: u64, direct: Option<DirectPath>) -> std::io::Result<u64> {
     use std::os::unix::fs::FileExt;
     const PIECE: usize = 1 << 20;
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    if direct == Some(DirectPath::Uring) {
+        io::uring_direct::read_in_order(file, len, PIECE, |b| hasher.update(b))?;
+        return Ok(hasher.digest());
+    }
     let mut buf = io::direct::AlignedBuf::zeroed(PIECE)?;
     let mut at = 0u64;
     while at < len {
         let want = (len - at).min(PIECE as u64) as usize;
-        if direct {
+        if direct.is_some() {
             hasher.update(io::direct::read_exact_into(file, &mut buf, at, want)?);
         } else {
             file.read_exact_at(&mut buf[..want], at)?;
@@ -109,7 +114,7 @@ impl ShardCache {
 
     /// A cached shard file opened for reading, past the page cache when cached files are.
     pub(super) fn open_cached(&self, path: &std::path::Path) -> std::io::Result<File> {
-        if self.direct {
+        if self.direct.is_some() {
             io::direct::open_read(path)
         } else {
             File::open(path)
