@@ -33,7 +33,8 @@ fn http_status(message: &str) -> Option<u16> {
     after.get(..3)?.parse().ok()
 }
 
-fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+/// `e` and each error of its source chain that adds words of its own, joined by ": ".
+pub(crate) fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
     let mut parts = vec![e.to_string()];
     let mut cur = e.source();
     while let Some(s) = cur {

@@ -32,6 +32,7 @@ mod backend;
 mod blocking;
 mod checksums;
 mod classify;
+pub(crate) use classify::error_chain;
 mod counting;
 mod error;
 mod faults;

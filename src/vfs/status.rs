@@ -36,7 +36,7 @@ impl ErrorLog {
         op: FailedOp,
         errno: i32,
     ) {
-        let why = chain(error);
+        let why = crate::store::error_chain(error);
         let errno = errno_name(errno);
         let answers = match op {
             FailedOp::Read => &self.read_answers,
@@ -87,19 +87,4 @@ impl ErrorLog {
             },
         }
     }
-}
-
-/// `error` and each of its sources that adds words of its own, joined by ": ".
-fn chain(error: &(dyn std::error::Error + 'static)) -> String {
-    let mut text = error.to_string();
-    let mut cur = error.source();
-    while let Some(e) = cur {
-        let part = e.to_string();
-        if !text.contains(&part) {
-            text.push_str(": ");
-            text.push_str(&part);
-        }
-        cur = e.source();
-    }
-    text
 }

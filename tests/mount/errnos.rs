@@ -1,9 +1,9 @@
 //! Each kind of shard failure reaches a reader through the real mount as its own errno, and
 //! status.json names the shard, the cause and the errno; files of other shards keep working.
 
-use super::{Expected, Mount};
+use super::{fake_s3_env, Expected, Mount};
 use crate::common::fixtures;
-use shardfs_testkit::s3::{FakeS3, ServerFault, ACCESS_KEY, SECRET_KEY};
+use shardfs_testkit::s3::{FakeS3, ServerFault};
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -46,11 +46,7 @@ fn errno_of(failure: Failure) -> (i32, serde_json::Value) {
             None,
         ),
     }
-    let env = [
-        ("AWS_ACCESS_KEY_ID", ACCESS_KEY),
-        ("AWS_SECRET_ACCESS_KEY", SECRET_KEY),
-        ("AWS_REGION", "us-east-1"),
-    ];
+    let env = fake_s3_env();
     // Few, short attempts: the test is about the answer, not the patience.
     let m = Mount::with_env(
         "s3://bkt/ds",

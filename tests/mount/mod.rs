@@ -49,6 +49,17 @@ pub fn bin() -> &'static Path {
     })
 }
 
+/// The daemon's environment for a mount of the loopback S3 test server (its credentials and
+/// region: the AWS chain then never asks the instance-metadata address).
+pub fn fake_s3_env() -> [(&'static str, &'static str); 3] {
+    use shardfs_testkit::s3::{ACCESS_KEY, SECRET_KEY};
+    [
+        ("AWS_ACCESS_KEY_ID", ACCESS_KEY),
+        ("AWS_SECRET_ACCESS_KEY", SECRET_KEY),
+        ("AWS_REGION", "us-east-1"),
+    ]
+}
+
 /// A background mount in a temporary folder, unmounted on drop.
 pub struct Mount {
     pub mnt: PathBuf,
@@ -1021,7 +1032,7 @@ fn a_later_epoch_reads_every_sample_from_the_page_cache() {
 
 #[test]
 fn a_file_sized_from_a_damaged_ranged_read_is_never_read_cut_or_padded() {
-    use shardfs_testkit::s3::{FakeS3, ServerFault, ACCESS_KEY, SECRET_KEY};
+    use shardfs_testkit::s3::{FakeS3, ServerFault};
     // Columns a (bytes), b (int), c (bytes), a and c of equal length: the byte a damaged
     // response flips (its middle) is the first byte of b, an int whose text then changes
     // length (5 -> 95): a wrong size that keeps the sample's structure.
@@ -1048,11 +1059,7 @@ fn a_file_sized_from_a_damaged_ranged_read_is_never_read_cut_or_padded() {
         server.put("bkt", &format!("ints/{}", f.basename), f.data.clone());
     }
     server.put("bkt", "ints/index.json", ds.index_json.clone());
-    let env = [
-        ("AWS_ACCESS_KEY_ID", ACCESS_KEY),
-        ("AWS_SECRET_ACCESS_KEY", SECRET_KEY),
-        ("AWS_REGION", "us-east-1"),
-    ];
+    let env = fake_s3_env();
     let m = Mount::with_env("s3://bkt/ints", &["--endpoint-url", &server.endpoint], &env);
     let file = |s: u32| m.mnt.join(format!("samples/{s:08}.b.txt"));
     // The shard's header is read (and kept) for a first stat; then the sample's two ranged

@@ -1,9 +1,9 @@
 //! Requests that wait for the object store are served off the FUSE threads: readers of a slow
 //! shard do not hold up readers of other shards, nor `status.json`.
 
-use super::{Expected, Mount};
+use super::{fake_s3_env, Expected, Mount};
 use crate::common::fixtures;
-use shardfs_testkit::s3::{FakeS3, ServerFault, ACCESS_KEY, SECRET_KEY};
+use shardfs_testkit::s3::{FakeS3, ServerFault};
 use std::time::{Duration, Instant};
 
 #[test]
@@ -23,11 +23,7 @@ fn readers_of_a_slow_shard_do_not_hold_up_other_shards_or_status() {
         Some(&format!("ds/{slow}")),
         None,
     );
-    let env = [
-        ("AWS_ACCESS_KEY_ID", ACCESS_KEY),
-        ("AWS_SECRET_ACCESS_KEY", SECRET_KEY),
-        ("AWS_REGION", "us-east-1"),
-    ];
+    let env = fake_s3_env();
     let m = Mount::with_env(
         "s3://bkt/ds",
         &[
