@@ -83,7 +83,7 @@ enum Command {
     Csi(csi::CsiArgs),
     /// Show a live view of a mount: per-rank progress, cache, fetches, stalls, errors.
     Status(status::StatusArgs),
-    /// Turn an ImageFolder tree, JSON Lines or WebDataset tars into an MDS dataset (as
+    /// Turn an ImageFolder tree, JSON Lines, Parquet or WebDataset tars into an MDS dataset (as
     /// MDSWriter writes it); --part K/N and --merge spread the work over many machines.
     Pack(pack::PackArgs),
     /// Write the man pages into DIR (for packagers).

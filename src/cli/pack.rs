@@ -14,8 +14,8 @@ use std::time::{Duration, Instant};
 /// Arguments of `shardfs pack`.
 #[derive(Debug, clap::Args)]
 pub struct PackArgs {
-    /// The input: a JSON Lines file, a folder of .jsonl or .tar files, or an ImageFolder tree
-    /// (a local path). With --merge, the only argument, DEST.
+    /// The input: a JSON Lines or Parquet file, a folder of .jsonl, .parquet or .tar files, or
+    /// an ImageFolder tree (a local path). With --merge, the only argument, DEST.
     #[arg(value_name = "INPUT")]
     pub input: String,
     /// The folder to write the MDS dataset to: a local path, file://, s3://, gs:// or az://.
@@ -23,7 +23,7 @@ pub struct PackArgs {
     #[arg(value_name = "DEST", required_unless_present = "merge")]
     pub dest: Option<String>,
     /// The input format (default: told from INPUT: .jsonl/.ndjson/.json files are jsonl,
-    /// .tar files webdataset, a folder of folders imagefolder).
+    /// .parquet files parquet, .tar files webdataset, a folder of folders imagefolder).
     #[arg(long, value_name = "FORMAT")]
     pub format: Option<Format>,
     /// The columns to write, NAME:ENCODING,... (default: inferred; see docs/PACK.md). Fields

@@ -104,6 +104,9 @@ pub enum InputError {
     /// A value that cannot be stored, where the place says which one it is.
     #[error("{0}")]
     Value(ValueError),
+    /// A Parquet file that cannot be read (or a schema pack does not convert).
+    #[error("Parquet: {0}")]
+    Parquet(String),
     /// A tar file that ends early.
     #[error(
         "the tar ends in the middle of {} (offset {offset})",
@@ -279,6 +282,9 @@ pub enum ValueError {
         /// The column's encoding.
         encoding: Encoding,
     },
+    /// A Parquet value of a kind no column encoding takes.
+    #[error("a Parquet value pack does not convert: {0}")]
+    Unconvertible(String),
     /// Bytes for a `jpeg` column that are not a JPEG file.
     #[error("not a JPEG file (it does not start with FF D8 FF)")]
     NotJpeg,

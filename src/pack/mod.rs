@@ -1,9 +1,9 @@
-//! `pack`: turn an ImageFolder tree, JSON Lines or WebDataset tars into an MDS dataset,
+//! `pack`: turn an ImageFolder tree, JSON Lines, Parquet or WebDataset tars into an MDS dataset,
 //! byte for byte what mosaicml-streaming's `MDSWriter` writes for the same samples.
 //!
 //! The shape is a pipeline with bounded memory:
 //! - one reader thread (the caller's) walks the input in its documented order ([`jsonl`],
-//!   [`imagefolder`], [`webdataset`]), encodes each sample's columns ([`columns`]) and cuts
+//!   [`imagefolder`], [`parquet`], [`webdataset`]), encodes each sample's columns ([`columns`]) and cuts
 //!   shards exactly where `MDSWriter` cuts them ([`ShardBuilder`]);
 //! - `threads` workers take finished raw shards from a channel of `threads` slots, compress
 //!   and hash them ([`ShardSpec::seal`]) and write them to DEST ([`dest`]);
@@ -24,6 +24,7 @@ mod error;
 pub mod imagefolder;
 pub mod jsonl;
 pub mod merge;
+pub mod parquet;
 pub mod pyvalue;
 pub mod source;
 pub mod webdataset;
@@ -216,11 +217,25 @@ fn open_source(
             let src = webdataset::TarSource::new(files, stored(&spec), opts.columns.is_none());
             Ok((Box::new(src), spec))
         }
-        Format::Parquet => Err(PackError::Options(
-            "Parquet input is not supported by this build yet; convert it to JSON Lines \
-             (e.g. with pyarrow or duckdb) and pack that"
-                .into(),
-        )),
+        Format::Parquet => {
+            let files = source::list_files(input, |n| n.ends_with(".parquet"))?;
+            let open: Arc<dyn parquet::ParquetOpen> = Arc::new(parquet::LocalFiles);
+            let scan = parquet::Scan::new(open.as_ref(), files)?;
+            let columns = match &opts.columns {
+                Some(c) => c.clone(),
+                None => scan.infer_columns()?,
+            };
+            let spec = spec_of(columns)?;
+            let range = part.range(scan.rows());
+            let total = scan.bytes();
+            let rows = scan.rows().max(1);
+            progress.input_total.store(
+                (u128::from(total) * u128::from(range.1 - range.0) / u128::from(rows)) as u64,
+                Ordering::Relaxed,
+            );
+            let src = parquet::ParquetSource::new(open, scan, range, stored(&spec));
+            Ok((Box::new(src), spec))
+        }
     }
 }
 

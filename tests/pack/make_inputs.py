@@ -1,11 +1,18 @@
 """Writes the small inputs of the pack tests (run once; its output is committed).
 
-    python tests/pack/make_inputs.py     # needs Pillow
+    python tests/pack/make_inputs.py [FORMAT...]    # needs Pillow (images), pyarrow (parquet)
+
+With FORMAT names (jsonl, imagefolder, webdataset, parquet) it writes only those inputs, so
+adding one does not rewrite the others (JPEG bytes depend on the Pillow version).
 
 inputs/jsonl/      two JSON Lines files: ints, floats that serde_json's default parser rounds
                    one ULP off, text with escapes and non-ASCII, nested values, blank lines
 inputs/imagefolder three classes of small JPEG files (one in a sub-folder)
 inputs/webdataset  two tar files of samples (.jpg, .cls, .json members)
+inputs/parquet     two Parquet files (snappy and zstd, several row groups): strings, binary,
+                   int8..uint64, float32/float64 (the hard floats), bool, a list, a struct
+                   with nulls, a map
+inputs/parquet-odd Parquet files pack refuses (a timestamp column, a null in an int column)
 """
 import io
 import json
@@ -13,7 +20,6 @@ import os
 import random
 import tarfile
 
-from PIL import Image
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 OUT = os.path.join(HERE, 'inputs')
@@ -21,6 +27,7 @@ rng = random.Random(39)
 
 
 def jpeg(seed, size=8):
+    from PIL import Image
     r = random.Random(seed)
     img = Image.new('RGB', (size, size))
     img.putdata([(r.randrange(256), r.randrange(256), r.randrange(256)) for _ in range(size * size)])
@@ -90,7 +97,56 @@ def webdataset():
                 k += 1
 
 
+def parquet():
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    d = os.path.join(OUT, 'parquet')
+    os.makedirs(d, exist_ok=True)
+    r = random.Random(40)
+    words = ['alpha', 'γάμμα', 'emoji 😀', 'tab\tquote"', 'ctl\u0001', '']
+    schema = pa.schema([
+        ('text', pa.string()), ('blob', pa.binary()), ('id', pa.int64()), ('small', pa.int8()),
+        ('big', pa.uint64()), ('score', pa.float64()), ('f32', pa.float32()), ('flag', pa.bool_()),
+        ('tags', pa.list_(pa.string())),
+        ('meta', pa.struct([('z', pa.int32()), ('name', pa.string()), ('x', pa.float32())])),
+        ('attrs', pa.map_(pa.string(), pa.int64())),
+    ])
+    rows = []
+    for i in range(90):
+        rows.append({
+            'text': ' '.join(r.choice(words) for _ in range(r.randrange(0, 12))),
+            'blob': bytes(r.randrange(256) for _ in range(r.randrange(0, 40))),
+            'id': i * 1_000_003 - 7,
+            'small': r.randrange(-128, 128),
+            'big': r.choice([0, 2**63 - 1, r.randrange(2**62)]),
+            'score': float(HARD_FLOATS[i % len(HARD_FLOATS)]) if i % 3 == 0 else r.uniform(-1e6, 1e6),
+            'f32': r.uniform(-10, 10),
+            'flag': i % 4 == 0,
+            'tags': None if i % 11 == 0 else [r.choice(words) for _ in range(r.randrange(0, 4))],
+            'meta': {'z': i, 'name': None if i % 3 else f'n{i}', 'x': 0.1 * i},
+            'attrs': [('k%d' % j, j * i) for j in range(r.randrange(0, 3))],
+        })
+    table = pa.Table.from_pylist(rows, schema=schema)
+    pq.write_table(table.slice(0, 50), os.path.join(d, 'a.parquet'), row_group_size=16,
+                   compression='snappy')
+    pq.write_table(table.slice(50), os.path.join(d, 'b.parquet'), row_group_size=25,
+                   compression='zstd')
+
+
+def parquet_odd():
+    """Parquet files pack refuses: a timestamp column, a null in an int column."""
+    import datetime
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    d = os.path.join(OUT, 'parquet-odd')
+    os.makedirs(d, exist_ok=True)
+    pq.write_table(pa.table({'id': [1, 2], 'when': [datetime.datetime(2024, 1, 1)] * 2}),
+                   os.path.join(d, 'timestamp.parquet'))
+    pq.write_table(pa.table({'id': [1, 2, None, 4], 'text': ['a', 'b', 'c', 'd']}),
+                   os.path.join(d, 'null_int.parquet'))
+
+
 if __name__ == '__main__':
-    jsonl()
-    imagefolder()
-    webdataset()
+    import sys
+    for name in sys.argv[1:] or ['jsonl', 'imagefolder', 'webdataset', 'parquet', 'parquet_odd']:
+        globals()[name]()

@@ -7,7 +7,8 @@
 
 Each case reads tests/pack/inputs/ the way docs/PACK.md says `shardfs pack` reads it (written
 here independently, in plain Python), with the columns docs/PACK.md says are inferred, and
-hands the samples to MDSWriter. jsonl-parts packs three byte-range slices of the JSON Lines
+hands the samples to MDSWriter (Parquet rows as pyarrow's to_pylist() gives them, needs
+pyarrow). jsonl-parts packs three byte-range slices of the JSON Lines
 into part-00000..2 and merges them with streaming's own merge_index.
 """
 import json
@@ -96,6 +97,32 @@ def webdataset_samples():
             yield cur
 
 
+def parquet_columns(schema):
+    """The columns docs/PACK.md says a Parquet schema infers."""
+    import pyarrow as pa
+    cols = {}
+    for f in schema:
+        t = f.type
+        if pa.types.is_string(t):
+            cols[f.name] = 'str'
+        elif pa.types.is_binary(t) or pa.types.is_fixed_size_binary(t):
+            cols[f.name] = 'bytes'
+        elif pa.types.is_integer(t):
+            cols[f.name] = 'int'
+        elif pa.types.is_float32(t) or pa.types.is_float64(t):
+            cols[f.name] = 'float64'
+        else:
+            cols[f.name] = 'json'
+    return cols
+
+
+def parquet_samples():
+    import pyarrow.parquet as pq
+    d = os.path.join(INPUTS, 'parquet')
+    for name in sorted(os.listdir(d)):
+        yield from pq.read_table(os.path.join(d, name)).to_pylist()
+
+
 def main():
     os.makedirs(REF, exist_ok=True)
     write('jsonl', JSONL_COLUMNS, jsonl_samples(), size_limit=8192, hashes=['sha1', 'xxh3_64'])
@@ -105,6 +132,9 @@ def main():
           size_limit=2048)
     write('webdataset', {'__key__': 'str', 'jpg': 'jpeg', 'cls': 'str', 'json': 'json'},
           webdataset_samples(), size_limit=4096)
+    import pyarrow.parquet as pq
+    schema = pq.read_schema(os.path.join(INPUTS, 'parquet', 'a.parquet'))
+    write('parquet', parquet_columns(schema), parquet_samples(), size_limit=4096)
     parts = os.path.join(REF, 'jsonl-parts')
     shutil.rmtree(parts, ignore_errors=True)
     total = jsonl_total()

@@ -94,7 +94,7 @@ fn samples(dir: &Path) -> Vec<Vec<Vec<u8>>> {
 #[test]
 fn each_format_is_byte_identical_to_mdswriter() {
     let tmp = tempfile::tempdir().unwrap();
-    let cases: [(&str, &str, &[&str]); 3] = [
+    let cases: [(&str, &str, &[&str]); 4] = [
         (
             "jsonl",
             "jsonl",
@@ -105,6 +105,11 @@ fn each_format_is_byte_identical_to_mdswriter() {
             "webdataset",
             "webdataset",
             &["--size-limit", "4096", "--threads", "3"],
+        ),
+        (
+            "parquet",
+            "parquet",
+            &["--size-limit", "4096", "--threads", "2"],
         ),
     ];
     for (inp, reference_name, extra) in cases {
@@ -171,6 +176,26 @@ fn three_parts_merge_as_merge_index_and_read_as_one_pack() {
     // Parts and the merged index.json are what MDSWriter + merge_index wrote.
     assert_same_tree(&dest, &reference("jsonl-parts"));
     assert_eq!(samples(&dest), samples(&reference("jsonl")));
+}
+
+#[test]
+fn parquet_parts_split_rows_and_read_as_one_pack() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dest = tmp.path().join("parts");
+    // 90 rows in row groups of 16 and 25: the cuts at rows 22, 45 and 67 fall inside row groups.
+    for k in 0..4 {
+        let part = format!("{k}/4");
+        ok(&pack(&[
+            s(&input("parquet")),
+            s(&dest),
+            "--size-limit",
+            "4096",
+            "--part",
+            &part,
+        ]));
+    }
+    ok(&pack(&["--merge", s(&dest)]));
+    assert_eq!(samples(&dest), samples(&reference("parquet")));
 }
 
 #[test]
@@ -267,7 +292,11 @@ fn bad_input_names_the_file_and_line_or_member_and_writes_no_index() {
     // A tar that ends in the middle of a member.
     let tar = std::fs::read(input("webdataset/shard-00.tar")).unwrap();
     std::fs::write(t.join("cut.tar"), &tar[..612]).unwrap();
-    let cases: [(PathBuf, &[&str], &str); 4] = [
+    // Parquet: a file cut short, one with a type pack does not convert, a null in an int.
+    let parquet = std::fs::read(input("parquet/a.parquet")).unwrap();
+    std::fs::write(t.join("cut.parquet"), &parquet[..parquet.len() / 2]).unwrap();
+    let odd = input("parquet-odd");
+    let cases: [(PathBuf, &[&str], &str); 7] = [
         (t.join("a.jsonl"), &[], "a.jsonl:3: not JSON"),
         (
             t.join("b.jsonl"),
@@ -279,6 +308,21 @@ fn bad_input_names_the_file_and_line_or_member_and_writes_no_index() {
             t.join("cut.tar"),
             &[],
             "cut.tar (member sample0000.jpg): the tar ends in the middle of this member",
+        ),
+        (
+            t.join("cut.parquet"),
+            &[],
+            "cut.parquet: Parquet: Invalid Parquet file. Corrupt footer",
+        ),
+        (
+            odd.join("timestamp.parquet"),
+            &[],
+            "timestamp.parquet: Parquet: field \"when\" has the Parquet type Timestamp",
+        ),
+        (
+            odd.join("null_int.parquet"),
+            &[],
+            "null_int.parquet (row 2): field \"id\" (int): expected an integer for int, found null",
         ),
     ];
     for (k, (inp, extra, want)) in cases.iter().enumerate() {
