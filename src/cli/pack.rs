@@ -15,7 +15,8 @@ use std::time::{Duration, Instant};
 #[derive(Debug, clap::Args)]
 pub struct PackArgs {
     /// The input: a JSON Lines or Parquet file, a folder of .jsonl, .parquet or .tar files, or
-    /// an ImageFolder tree (a local path). With --merge, the only argument, DEST.
+    /// an ImageFolder tree; a local path, file://, or a store URL (s3://, gs://, az://). With
+    /// --merge, the only argument, DEST.
     #[arg(value_name = "INPUT")]
     pub input: String,
     /// The folder to write the MDS dataset to: a local path, file://, s3://, gs:// or az://.
@@ -52,7 +53,7 @@ pub struct PackArgs {
     /// Threads that compress, hash and write shards (default: the number of CPUs).
     #[arg(long, value_name = "N")]
     pub threads: Option<usize>,
-    /// How to reach the object store (for a store URL DEST).
+    /// How to reach the object store (for a store URL INPUT or DEST).
     #[command(flatten)]
     pub store: StoreArgs,
 }
@@ -89,12 +90,12 @@ pub fn run(args: PackArgs) -> Result<()> {
     let Some(dest_arg) = args.dest.as_deref() else {
         bail!("pack needs INPUT and DEST");
     };
-    let Some(input) = pack::local_path(&args.input) else {
-        bail!(
-            "INPUT {:?}: packing from a store URL is not supported yet; copy the input to a \
-             local folder first",
-            args.input
-        );
+    let input = match pack::local_path(&args.input) {
+        Some(path) => pack::Input::Local(path),
+        None => pack::Input::Remote(
+            pack::remote::RemoteTree::open(&args.input, &args.store.options())
+                .with_context(|| format!("listing {}", args.input))?,
+        ),
     };
     let columns = args
         .columns

@@ -11,13 +11,18 @@
 //! number) and `path` (`str`, the path below INPUT). `--columns` may keep a subset. A JPEG or
 //! PNG column checks each file's signature, so a file that is not the image it claims to be
 //! stops the pack with its name. `--part K/N` packs images `[K·n/N, (K+1)·n/N)` of the n.
+//!
+//! In a store, the tree is the keys under INPUT's prefix: a class is the first `/`-separated
+//! part of a key, and images are ordered the same way (by folder path, then by name).
 
 use super::columns::{check_stored, encode, Field};
 use super::error::{InputError, PackError, Result};
 use super::pyvalue::PyValue;
-use super::source::SampleSource;
+use super::remote::{ObjectQueue, RemoteTree};
+use super::source::{Input, SampleSource};
 use crate::mds::Encoding;
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 /// torchvision's `IMG_EXTENSIONS`.
 const IMAGE_EXTENSIONS: [&str; 9] = [
@@ -110,6 +115,55 @@ pub fn list(root: &Path) -> Result<Vec<Image>> {
     Ok(images)
 }
 
+/// Lists every image of the ImageFolder tree in a store, in pack order (see the module note).
+pub fn list_remote(tree: &RemoteTree) -> Result<Vec<Image>> {
+    // (class, folder below INPUT, file name, size); keys at the top are not in a class.
+    let mut found: Vec<(&str, &str, &str, u64)> = Vec::new();
+    for (key, size) in tree.objects() {
+        let Some((class, _)) = key.split_once('/') else {
+            continue;
+        };
+        let Some((folder, name)) = key.rsplit_once('/') else {
+            continue;
+        };
+        if extension(name).is_some() {
+            found.push((class, folder, name, *size));
+        }
+    }
+    let mut classes: Vec<&str> = tree
+        .objects()
+        .iter()
+        .filter_map(|(k, _)| k.split_once('/').map(|(c, _)| c))
+        .collect();
+    classes.sort_unstable();
+    classes.dedup();
+    if classes.is_empty() {
+        return Err(PackError::Options(format!(
+            "{}: no class folder (ImageFolder input is INPUT/<class>/<image>)",
+            tree.url("").trim_end_matches('/')
+        )));
+    }
+    found.sort();
+    let mut images = Vec::with_capacity(found.len());
+    for (label, class) in classes.iter().enumerate() {
+        let before = images.len();
+        images.extend(
+            found
+                .iter()
+                .filter(|(c, ..)| c == class)
+                .map(|(_, folder, name, size)| Image {
+                    rel: format!("{folder}/{name}"),
+                    label: label as i64,
+                    size: *size,
+                }),
+        );
+        if images.len() == before {
+            return Err(PackError::input(tree.url(class), InputError::EmptyClass));
+        }
+    }
+    Ok(images)
+}
+
 /// The inferred columns: `image` by the files' extensions, `label`, `path`.
 pub fn infer_columns(images: &[Image]) -> Result<Vec<(String, Encoding)>> {
     let kind = |i: &Image| match extension(&i.rel).as_deref() {
@@ -150,7 +204,9 @@ pub fn check_columns(columns: &[(String, Encoding)]) -> Result<()> {
 
 /// Reads images `[start, end)` of the list and encodes them.
 pub struct ImageFolderSource {
-    root: PathBuf,
+    root: Input,
+    /// For a tree in a store, the images `[start, end)` being downloaded ahead.
+    queue: Option<ObjectQueue>,
     images: Vec<Image>,
     next: usize,
     end: usize,
@@ -161,18 +217,59 @@ pub struct ImageFolderSource {
 impl ImageFolderSource {
     /// A source over `images[range]`, encoding `columns` (sorted as the shard stores them).
     pub fn new(
-        root: PathBuf,
+        root: Input,
         images: Vec<Image>,
         range: (usize, usize),
         columns: Vec<(String, Encoding)>,
-    ) -> ImageFolderSource {
-        ImageFolderSource {
+    ) -> Result<ImageFolderSource> {
+        let queue = match &root {
+            Input::Remote(tree) if columns.iter().any(|(n, _)| n == "image") => {
+                let keys = images[range.0..range.1]
+                    .iter()
+                    .map(|i| i.rel.clone())
+                    .collect();
+                Some(ObjectQueue::new(Arc::clone(tree), keys)?)
+            }
+            _ => None,
+        };
+        Ok(ImageFolderSource {
             root,
+            queue,
             images,
             next: range.0,
             end: range.1,
             columns,
             consumed: 0,
+        })
+    }
+
+    /// The bytes of the next image (local: read now; in a store: from the queue).
+    fn read_image(&mut self, rel: &str) -> Result<Vec<u8>> {
+        match (&self.root, self.queue.as_mut()) {
+            (Input::Remote(tree), Some(q)) => match q.next_object() {
+                Some(Ok(b)) => Ok(b.to_vec()),
+                Some(Err(e)) => Err(PackError::io(tree.url(rel), e)),
+                None => Err(PackError::io(
+                    tree.url(rel),
+                    std::io::Error::other("the download queue ended early"),
+                )),
+            },
+            (Input::Local(root), _) => {
+                let path = root.join(rel);
+                std::fs::read(&path).map_err(|e| PackError::io(path.display(), e))
+            }
+            (Input::Remote(tree), None) => Err(PackError::io(
+                tree.url(rel),
+                std::io::Error::other("no download queue"),
+            )),
+        }
+    }
+
+    /// An image's path (or URL), for messages.
+    fn name_of(&self, rel: &str) -> String {
+        match &self.root {
+            Input::Local(root) => root.join(rel).display().to_string(),
+            Input::Remote(tree) => tree.url(rel),
         }
     }
 }
@@ -182,28 +279,27 @@ impl SampleSource for ImageFolderSource {
         if self.next >= self.end {
             return Ok(false);
         }
-        let image = &self.images[self.next];
+        let image = self.images[self.next].clone();
         self.next += 1;
-        let path = self.root.join(&image.rel);
-        for (k, (name, enc)) in self.columns.iter().enumerate() {
+        let path = self.name_of(&image.rel);
+        let columns = self.columns.clone();
+        for ((name, enc), out) in columns.into_iter().zip(out.iter_mut()) {
             let field = match name.as_str() {
                 "image" => {
-                    let bytes =
-                        std::fs::read(&path).map_err(|e| PackError::io(path.display(), e))?;
-                    check_stored(enc, &bytes).map_err(|e| {
-                        PackError::input(path.display().to_string(), InputError::Value(e))
-                    })?;
+                    let bytes = self.read_image(&image.rel)?;
+                    check_stored(&enc, &bytes)
+                        .map_err(|e| PackError::input(path.clone(), InputError::Value(e)))?;
                     self.consumed += bytes.len() as u64;
                     Field::Raw(bytes)
                 }
                 "label" => Field::Py(PyValue::Int(image.label.to_string())),
                 _ => Field::Py(PyValue::Str(image.rel.clone())),
             };
-            encode(enc, &field, &mut out[k]).map_err(|error| {
+            encode(&enc, &field, out).map_err(|error| {
                 PackError::input(
-                    path.display().to_string(),
+                    path.clone(),
                     InputError::Column {
-                        column: name.clone(),
+                        column: name,
                         error,
                     },
                 )

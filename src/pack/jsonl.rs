@@ -21,14 +21,13 @@ use super::error::{InputError, PackError, Result};
 use super::pyvalue::{loads, PyValue};
 use super::source::{InputFile, SampleSource};
 use crate::mds::Encoding;
-use std::io::{BufRead, BufReader, Read, Seek, SeekFrom};
+use std::io::{BufRead, BufReader, Read};
 
 /// How many objects column inference looks at.
 pub const INFER_ROWS: usize = 1000;
 
-fn open(file: &InputFile) -> Result<BufReader<std::fs::File>> {
-    let f = std::fs::File::open(&file.path).map_err(|e| PackError::io(file.path.display(), e))?;
-    Ok(BufReader::with_capacity(1 << 20, f))
+fn open(file: &InputFile) -> Result<BufReader<Box<dyn Read + Send>>> {
+    Ok(BufReader::with_capacity(1 << 20, file.open_at(0)?))
 }
 
 fn is_blank(line: &[u8]) -> bool {
@@ -129,7 +128,7 @@ pub struct JsonlSource {
 
 struct Reader {
     file: usize,
-    r: BufReader<std::fs::File>,
+    r: BufReader<Box<dyn Read + Send>>,
     /// Global offset of the next line's first byte.
     pos: u64,
     /// Line number of the next line.
@@ -178,8 +177,9 @@ impl JsonlSource {
             let ioerr = |e| PackError::io(file.path.display(), e);
             let (mut pos, mut number) = (fstart, 1u64);
             if self.range.0 > fstart {
-                // Count the lines before the range (for line numbers in errors), then land on
-                // the first line that starts at or after the range's start.
+                // Count the lines before the range (for line numbers in errors), reading up to
+                // the byte before it, then land on the first line that starts at or after the
+                // range's start.
                 let skip = self.range.0 - fstart;
                 let mut left = skip - 1;
                 let mut buf = vec![0u8; 1 << 20];
@@ -192,7 +192,6 @@ impl JsonlSource {
                     number += buf[..got].iter().filter(|&&b| b == b'\n').count() as u64;
                     left -= got as u64;
                 }
-                r.seek(SeekFrom::Start(skip - 1)).map_err(ioerr)?;
                 pos = fstart + skip - 1;
                 // The byte before the range: a newline means a line starts right at the range.
                 self.line.clear();

@@ -26,13 +26,14 @@ pub mod jsonl;
 pub mod merge;
 pub mod parquet;
 pub mod pyvalue;
+pub mod remote;
 pub mod source;
 pub mod webdataset;
 
 pub use dest::Dest;
 pub use error::{InputError, OptionError, PackError, Result, TarFault};
 pub use merge::merge;
-pub use source::{Format, SampleSource};
+pub use source::{Format, Input, SampleSource};
 
 use crate::mds::writer::{index_json, RawShard, ShardBuilder, ShardSpec};
 use crate::mds::{Compression, Encoding, WriterConfig};
@@ -85,8 +86,8 @@ impl std::str::FromStr for Part {
 /// Everything a pack needs to know.
 #[derive(Debug, Clone)]
 pub struct PackOptions {
-    /// The input: a local file or folder.
-    pub input: PathBuf,
+    /// The input: a local file or folder, or objects in a store.
+    pub input: Input,
     /// Where to write.
     pub dest: Dest,
     /// The input format; None to tell it from the input.
@@ -140,10 +141,10 @@ fn open_source(
     opts: &PackOptions,
     progress: &Progress,
 ) -> Result<(Box<dyn SampleSource>, Arc<ShardSpec>)> {
-    let input = opts.input.as_path();
+    let input = &opts.input;
     let format = match opts.format {
         Some(f) => f,
-        None => source::detect(input)?,
+        None => input.detect()?,
     };
     let part = opts.part.unwrap_or(Part { k: 0, n: 1 });
     let spec_of = |columns: Vec<(String, Encoding)>| -> Result<Arc<ShardSpec>> {
@@ -165,7 +166,7 @@ fn open_source(
     };
     match format {
         Format::Jsonl => {
-            let files = source::list_files(input, source::is_jsonl_name)?;
+            let files = input.files(source::is_jsonl_name)?;
             let strict = opts.columns.is_none();
             let columns = match &opts.columns {
                 Some(c) => c.clone(),
@@ -181,7 +182,10 @@ fn open_source(
             Ok((Box::new(src), spec))
         }
         Format::Imagefolder => {
-            let images = imagefolder::list(input)?;
+            let images = match input {
+                Input::Local(p) => imagefolder::list(p)?,
+                Input::Remote(t) => imagefolder::list_remote(t)?,
+            };
             let columns = match &opts.columns {
                 Some(c) => {
                     imagefolder::check_columns(c)?;
@@ -194,16 +198,12 @@ fn open_source(
             let (a, b) = (a as usize, b as usize);
             let total: u64 = images[a..b].iter().map(|i| i.size).sum();
             progress.input_total.store(total, Ordering::Relaxed);
-            let src = imagefolder::ImageFolderSource::new(
-                input.to_path_buf(),
-                images,
-                (a, b),
-                stored(&spec),
-            );
+            let src =
+                imagefolder::ImageFolderSource::new(input.clone(), images, (a, b), stored(&spec))?;
             Ok((Box::new(src), spec))
         }
         Format::Webdataset => {
-            let files = source::list_files(input, |n| n.ends_with(".tar"))?;
+            let files = input.files(|n| n.ends_with(".tar"))?;
             let columns = match &opts.columns {
                 Some(c) => c.clone(),
                 None => webdataset::infer_columns(&files)?,
@@ -218,9 +218,8 @@ fn open_source(
             Ok((Box::new(src), spec))
         }
         Format::Parquet => {
-            let files = source::list_files(input, |n| n.ends_with(".parquet"))?;
-            let open: Arc<dyn parquet::ParquetOpen> = Arc::new(parquet::LocalFiles);
-            let scan = parquet::Scan::new(open.as_ref(), files)?;
+            let files = input.files(|n| n.ends_with(".parquet"))?;
+            let scan = parquet::Scan::new(files)?;
             let columns = match &opts.columns {
                 Some(c) => c.clone(),
                 None => scan.infer_columns()?,
@@ -233,7 +232,7 @@ fn open_source(
                 (u128::from(total) * u128::from(range.1 - range.0) / u128::from(rows)) as u64,
                 Ordering::Relaxed,
             );
-            let src = parquet::ParquetSource::new(open, scan, range, stored(&spec));
+            let src = parquet::ParquetSource::new(scan, range, stored(&spec));
             Ok((Box::new(src), spec))
         }
     }

@@ -32,6 +32,7 @@
 use super::columns::{check_stored, encode, Field};
 use super::error::{InputError, PackError, Result};
 use super::pyvalue::PyValue;
+use super::remote::RangedObject;
 use super::source::{InputFile, SampleSource};
 use crate::mds::{Dtype, Encoding};
 use parquet::basic::{ConvertedType, LogicalType, Type as Physical};
@@ -43,35 +44,18 @@ use parquet::schema::types::{Type, TypePtr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
-/// Opens the bytes of one input file for Parquet's reader: a local file, or an object of a
-/// store read by ranges.
-pub trait ParquetOpen: Send + Sync {
-    /// A reader over `file` that keeps only the row groups `keep` accepts (by index).
-    fn open(
-        &self,
-        file: &InputFile,
-        keep: Box<dyn FnMut(usize) -> bool>,
-    ) -> Result<Box<dyn FileReader>>;
-}
-
-/// Opens local files.
-#[derive(Debug, Clone, Copy, Default)]
-pub struct LocalFiles;
-
-impl ParquetOpen for LocalFiles {
-    fn open(
-        &self,
-        file: &InputFile,
-        keep: Box<dyn FnMut(usize) -> bool>,
-    ) -> Result<Box<dyn FileReader>> {
-        let f =
-            std::fs::File::open(&file.path).map_err(|e| PackError::io(file.path.display(), e))?;
-        reader_over(f, file, keep)
+/// A Parquet reader over `file` (a local file, or an object read by ranges) that keeps only
+/// the row groups `keep` accepts (by index).
+fn open(file: &InputFile, keep: Box<dyn FnMut(usize) -> bool>) -> Result<Box<dyn FileReader>> {
+    if let Some(r) = &file.remote {
+        return reader_over(RangedObject::new(r.clone(), file.size), file, keep);
     }
+    let f = std::fs::File::open(&file.path).map_err(|e| PackError::io(file.path.display(), e))?;
+    reader_over(f, file, keep)
 }
 
 /// A Parquet reader over `chunks` (the bytes of `file`), keeping the row groups `keep` accepts.
-pub fn reader_over<R: ChunkReader + 'static>(
+fn reader_over<R: ChunkReader + 'static>(
     chunks: R,
     file: &InputFile,
     mut keep: Box<dyn FnMut(usize) -> bool>,
@@ -115,8 +99,8 @@ struct Footer {
     schema: TypePtr,
 }
 
-fn footer(open: &dyn ParquetOpen, file: &InputFile) -> Result<Footer> {
-    let r = open.open(file, Box::new(|_| true))?;
+fn footer(file: &InputFile) -> Result<Footer> {
+    let r = open(file, Box::new(|_| true))?;
     let meta = r.metadata();
     let schema = meta.file_metadata().schema_descr().root_schema_ptr();
     let fields = schema
@@ -243,12 +227,12 @@ pub struct Scan {
 
 impl Scan {
     /// Reads every file's footer.
-    pub fn new(open: &dyn ParquetOpen, files: Vec<InputFile>) -> Result<Scan> {
+    pub fn new(files: Vec<InputFile>) -> Result<Scan> {
         let mut row_groups = Vec::new();
         let mut schemas = Vec::new();
         let mut fields = Vec::new();
         for (i, file) in files.iter().enumerate() {
-            let f = footer(open, file)?;
+            let f = footer(file)?;
             if i == 0 {
                 fields = f.fields;
             }
@@ -327,7 +311,6 @@ fn field_list(fields: &[(String, std::result::Result<Encoding, String>)]) -> Str
 
 /// Reads rows `[start, end)` of the scanned files and encodes them into columns.
 pub struct ParquetSource {
-    open: Arc<dyn ParquetOpen>,
     scan: Scan,
     range: (u64, u64),
     columns: Vec<(String, Encoding)>,
@@ -355,14 +338,8 @@ struct Current {
 impl ParquetSource {
     /// A source over rows `range` of `scan`'s files, encoding `columns` (sorted as the shard
     /// stores them).
-    pub fn new(
-        open: Arc<dyn ParquetOpen>,
-        scan: Scan,
-        range: (u64, u64),
-        columns: Vec<(String, Encoding)>,
-    ) -> ParquetSource {
+    pub fn new(scan: Scan, range: (u64, u64), columns: Vec<(String, Encoding)>) -> ParquetSource {
         ParquetSource {
-            open,
             scan,
             range,
             columns,
@@ -400,7 +377,7 @@ impl ParquetSource {
             }
             let Some(first) = first else { continue };
             let file = &self.scan.files[idx];
-            let reader = self.open.open(
+            let reader = open(
                 file,
                 Box::new(move |i| keep.get(i).copied().unwrap_or(false)),
             )?;

@@ -2,15 +2,104 @@
 //! the shard's columns; and the choice of format from `--format` or from what INPUT holds.
 
 use super::error::{OptionError, PackError, Result};
+use super::remote::{RemoteFile, RemoteTree};
+use std::io::{Read, Seek, SeekFrom};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
-/// One local input file and its size.
+/// One input file (local, or an object of a store) and its size.
 #[derive(Debug, Clone)]
 pub struct InputFile {
-    /// Its path.
+    /// Its path (an object's URL), for messages.
     pub path: PathBuf,
     /// Its size in bytes.
     pub size: u64,
+    /// The object, for an input in a store; None for a local file.
+    pub remote: Option<RemoteFile>,
+}
+
+impl InputFile {
+    /// A local file.
+    pub fn local(path: PathBuf, size: u64) -> InputFile {
+        InputFile {
+            path,
+            size,
+            remote: None,
+        }
+    }
+
+    /// A reader of the file from byte `offset` on (an object is streamed by ranged GETs).
+    pub fn open_at(&self, offset: u64) -> Result<Box<dyn Read + Send>> {
+        if let Some(r) = &self.remote {
+            return Ok(Box::new(r.open_at(offset, self.size)));
+        }
+        let io = |e| PackError::io(self.path.display(), e);
+        let mut f = std::fs::File::open(&self.path).map_err(io)?;
+        if offset > 0 {
+            f.seek(SeekFrom::Start(offset)).map_err(io)?;
+        }
+        Ok(Box::new(f))
+    }
+}
+
+/// Where the input is: a local file or folder, or a folder (or object) in a store.
+#[derive(Debug, Clone)]
+pub enum Input {
+    /// A local path.
+    Local(PathBuf),
+    /// Objects in a store.
+    Remote(Arc<RemoteTree>),
+}
+
+impl Input {
+    /// The input as a user named it, for messages.
+    pub fn display(&self) -> String {
+        match self {
+            Input::Local(p) => p.display().to_string(),
+            Input::Remote(t) => t.url("").trim_end_matches('/').to_string(),
+        }
+    }
+
+    /// The files (objects) whose names `keep` accepts: the one file INPUT names, or those
+    /// directly in its folder, sorted by name.
+    pub fn files(&self, keep: impl Fn(&str) -> bool) -> Result<Vec<InputFile>> {
+        match self {
+            Input::Local(p) => list_files(p, keep),
+            Input::Remote(t) => t.files(keep),
+        }
+    }
+
+    /// The format when `--format` is not given (see [`detect`]).
+    pub fn detect(&self) -> Result<Format> {
+        match self {
+            Input::Local(p) => detect(p),
+            Input::Remote(t) => {
+                let mut found = None;
+                let mut has_dirs = false;
+                for (key, _) in t.objects() {
+                    if key.contains('/') {
+                        has_dirs = true;
+                    } else if let Some(f) = format_of_name(key) {
+                        if found.is_some_and(|g| g != f) {
+                            return Err(PackError::Options(format!(
+                                "{}: holds objects of several formats; give --format",
+                                self.display()
+                            )));
+                        }
+                        found = Some(f);
+                    }
+                }
+                match (found, has_dirs) {
+                    (Some(f), _) => Ok(f),
+                    (None, true) => Ok(Format::Imagefolder),
+                    (None, false) => Err(PackError::Options(format!(
+                        "{}: cannot tell the format; give --format",
+                        self.display()
+                    ))),
+                }
+            }
+        }
+    }
 }
 
 /// A reader of one input format.
@@ -68,10 +157,7 @@ impl std::str::FromStr for Format {
 pub fn list_files(input: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<InputFile>> {
     let meta = std::fs::metadata(input).map_err(|e| PackError::io(input.display(), e))?;
     if meta.is_file() {
-        return Ok(vec![InputFile {
-            path: input.to_path_buf(),
-            size: meta.len(),
-        }]);
+        return Ok(vec![InputFile::local(input.to_path_buf(), meta.len())]);
     }
     let mut files = Vec::new();
     for entry in std::fs::read_dir(input).map_err(|e| PackError::io(input.display(), e))? {
@@ -80,10 +166,7 @@ pub fn list_files(input: &Path, keep: impl Fn(&str) -> bool) -> Result<Vec<Input
         let path = entry.path();
         let meta = std::fs::metadata(&path).map_err(|e| PackError::io(path.display(), e))?;
         if meta.is_file() && keep(&name) {
-            files.push(InputFile {
-                path,
-                size: meta.len(),
-            });
+            files.push(InputFile::local(path, meta.len()));
         }
     }
     files.sort_by(|a, b| a.path.cmp(&b.path));
@@ -104,20 +187,23 @@ pub fn is_jsonl_name(name: &str) -> bool {
         .any(|ext| name.ends_with(ext))
 }
 
+/// The format a file name's extension says, if any.
+fn format_of_name(name: &str) -> Option<Format> {
+    if is_jsonl_name(name) {
+        Some(Format::Jsonl)
+    } else if name.ends_with(".parquet") {
+        Some(Format::Parquet)
+    } else if name.ends_with(".tar") {
+        Some(Format::Webdataset)
+    } else {
+        None
+    }
+}
+
 /// The format of a local INPUT when `--format` is not given: by a file's extension, or by
 /// what a folder holds (`.jsonl`/`.parquet`/`.tar` files, else sub-folders of images).
 pub fn detect(input: &Path) -> Result<Format> {
-    let by_name = |name: &str| {
-        if is_jsonl_name(name) {
-            Some(Format::Jsonl)
-        } else if name.ends_with(".parquet") {
-            Some(Format::Parquet)
-        } else if name.ends_with(".tar") {
-            Some(Format::Webdataset)
-        } else {
-            None
-        }
-    };
+    let by_name = format_of_name;
     let meta = std::fs::metadata(input).map_err(|e| PackError::io(input.display(), e))?;
     if meta.is_file() {
         let name = input.to_string_lossy();

@@ -27,6 +27,8 @@ use crate::mds::render::tar::checksum;
 use crate::mds::Encoding;
 use std::io::{BufReader, Read};
 
+type Stream = BufReader<Box<dyn Read + Send>>;
+
 /// How many samples column inference looks at.
 pub const INFER_SAMPLES: usize = 1000;
 
@@ -38,7 +40,7 @@ struct Member {
 
 /// A streaming reader of one tar file's regular members.
 struct TarReader {
-    r: BufReader<std::fs::File>,
+    r: Stream,
     path: String,
     /// Bytes read so far.
     pos: u64,
@@ -72,10 +74,8 @@ fn cstr(field: &[u8]) -> &[u8] {
 
 impl TarReader {
     fn open(file: &InputFile) -> Result<TarReader> {
-        let f =
-            std::fs::File::open(&file.path).map_err(|e| PackError::io(file.path.display(), e))?;
         Ok(TarReader {
-            r: BufReader::with_capacity(1 << 20, f),
+            r: BufReader::with_capacity(1 << 20, file.open_at(0)?),
             path: file.path.display().to_string(),
             pos: 0,
         })

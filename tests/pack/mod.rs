@@ -422,3 +422,79 @@ fn packs_to_s3_through_moto() {
     store.put("shard.00000.mds", &big).unwrap();
     assert!(store.get("shard.00000.mds").unwrap() == big);
 }
+
+/// `pack s3://… DEST` with moto's credentials: the command line of a pack from moto.
+fn pack_from_moto(endpoint: &str, args: &[&str]) -> Output {
+    Command::new(shardfs_bin())
+        .arg("pack")
+        .args(args)
+        .args(["--endpoint-url", endpoint])
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", "test")
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn packs_each_format_from_s3_through_moto() {
+    let moto = crate::common::moto::moto();
+    moto.upload_dir("pack39in", "in", &here().join("inputs"));
+    let tmp = tempfile::tempdir().unwrap();
+    // The same flags as the local packs: the same bytes as MDSWriter's.
+    let cases: [(&str, &[&str]); 4] = [
+        (
+            "jsonl",
+            &["--size-limit", "8192", "--hashes", "xxh3_64,sha1"],
+        ),
+        ("imagefolder", &["--size-limit", "2KiB"]),
+        ("webdataset", &["--size-limit", "4096", "--threads", "3"]),
+        ("parquet", &["--size-limit", "4096", "--threads", "2"]),
+    ];
+    for (name, extra) in cases {
+        let dest = tmp.path().join(name);
+        let url = format!("s3://pack39in/in/{name}");
+        let mut args = vec![url.as_str(), s(&dest)];
+        args.extend_from_slice(extra);
+        ok(&pack_from_moto(&moto.endpoint, &args));
+        assert_same_tree(&dest, &reference(name));
+    }
+    // Parts read byte ranges of the objects: three of them merge as merge_index did.
+    let parts = tmp.path().join("parts");
+    for k in 0..3 {
+        let part = format!("{k}/3");
+        ok(&pack_from_moto(
+            &moto.endpoint,
+            &[
+                "s3://pack39in/in/jsonl",
+                s(&parts),
+                "--size-limit",
+                "8192",
+                "--part",
+                &part,
+            ],
+        ));
+    }
+    ok(&pack(&["--merge", s(&parts)]));
+    assert_same_tree(&parts, &reference("jsonl-parts"));
+    // One object as INPUT reads as the same file does locally.
+    let one = tmp.path().join("one");
+    ok(&pack_from_moto(
+        &moto.endpoint,
+        &["s3://pack39in/in/parquet/b.parquet", s(&one)],
+    ));
+    let local = tmp.path().join("local");
+    ok(&pack(&[s(&input("parquet/b.parquet")), s(&local)]));
+    assert_eq!(samples(&one), samples(&local));
+    // Nothing there: one clear error, nothing written.
+    let none = tmp.path().join("none");
+    let err = failed(&pack_from_moto(
+        &moto.endpoint,
+        &["s3://pack39in/nothing", s(&none)],
+    ));
+    assert!(
+        err.contains("s3://pack39in/nothing: no object there"),
+        "{err}"
+    );
+    assert!(!none.exists());
+}
