@@ -73,31 +73,13 @@ impl Input {
     pub fn detect(&self) -> Result<Format> {
         match self {
             Input::Local(p) => detect(p),
-            Input::Remote(t) => {
-                let mut found = None;
-                let mut has_dirs = false;
-                for (key, _) in t.objects() {
-                    if key.contains('/') {
-                        has_dirs = true;
-                    } else if let Some(f) = format_of_name(key) {
-                        if found.is_some_and(|g| g != f) {
-                            return Err(PackError::Options(format!(
-                                "{}: holds objects of several formats; give --format",
-                                self.display()
-                            )));
-                        }
-                        found = Some(f);
-                    }
-                }
-                match (found, has_dirs) {
-                    (Some(f), _) => Ok(f),
-                    (None, true) => Ok(Format::Imagefolder),
-                    (None, false) => Err(PackError::Options(format!(
-                        "{}: cannot tell the format; give --format",
-                        self.display()
-                    ))),
-                }
-            }
+            Input::Remote(t) => format_of_folder(
+                &self.display(),
+                t.objects().iter().map(|(k, _)| match k.split_once('/') {
+                    Some((dir, _)) => (dir.to_string(), true),
+                    None => (k.clone(), false),
+                }),
+            ),
         }
     }
 }
@@ -214,18 +196,30 @@ pub fn detect(input: &Path) -> Result<Format> {
             ))
         });
     }
-    let mut found = None;
-    let mut has_dirs = false;
+    let mut entries = Vec::new();
     for entry in std::fs::read_dir(input).map_err(|e| PackError::io(input.display(), e))? {
         let entry = entry.map_err(|e| PackError::io(input.display(), e))?;
         let name = entry.file_name().to_string_lossy().into_owned();
-        if entry.path().is_dir() {
+        entries.push((name, entry.path().is_dir()));
+    }
+    format_of_folder(&input.display().to_string(), entries.into_iter())
+}
+
+/// The format of a folder's entries, `(name, is a folder)`: by its files' extensions, else
+/// an ImageFolder when it has sub-folders.
+fn format_of_folder(
+    display: &str,
+    entries: impl Iterator<Item = (String, bool)>,
+) -> Result<Format> {
+    let mut found = None;
+    let mut has_dirs = false;
+    for (name, is_dir) in entries {
+        if is_dir {
             has_dirs = true;
-        } else if let Some(f) = by_name(&name) {
+        } else if let Some(f) = format_of_name(&name) {
             if found.is_some_and(|g| g != f) {
                 return Err(PackError::Options(format!(
-                    "{}: holds files of several formats; give --format",
-                    input.display()
+                    "{display}: holds files of several formats; give --format"
                 )));
             }
             found = Some(f);
@@ -235,9 +229,8 @@ pub fn detect(input: &Path) -> Result<Format> {
         (Some(f), _) => Ok(f),
         (None, true) => Ok(Format::Imagefolder),
         (None, false) => Err(PackError::Options(format!(
-            "{}: cannot tell the format (no .jsonl, .parquet or .tar file, no class folder); \
-             give --format",
-            input.display()
+            "{display}: cannot tell the format (no .jsonl, .parquet or .tar file, no class \
+             folder); give --format"
         ))),
     }
 }
