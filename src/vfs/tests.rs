@@ -297,23 +297,15 @@ fn files_have_exact_sizes_and_partial_reads() {
     assert_eq!(f.size, 4);
     assert_eq!(&v.read(f.ino, 1, 2).unwrap()[..], b"53");
     assert_eq!(&v.read(f.ino, 10, 2).unwrap()[..], b"");
-    // sample 36 has one column only
-    assert_eq!(
-        path(&v, "samples/00000036.b.c.txt").unwrap_err().errno(),
-        libc::ENOENT
-    );
-    assert_eq!(
-        path(&v, "samples/00000040.a.bin").unwrap_err().errno(),
-        libc::ENOENT
-    );
-    assert_eq!(
-        path(&v, "samples/0000035.b.c.txt").unwrap_err().errno(),
-        libc::ENOENT
-    );
-    assert_eq!(
-        path(&v, "samples/00000035.a.bin/x").unwrap_err().errno(),
-        libc::ENOTDIR
-    );
+    for (missing, errno) in [
+        // sample 36 has one column only
+        ("samples/00000036.b.c.txt", libc::ENOENT),
+        ("samples/00000040.a.bin", libc::ENOENT),
+        ("samples/0000035.b.c.txt", libc::ENOENT),
+        ("samples/00000035.a.bin/x", libc::ENOTDIR),
+    ] {
+        assert_eq!(path(&v, missing).unwrap_err().errno(), errno, "{missing}");
+    }
     let dir = path(&v, "samples").unwrap();
     assert_eq!(v.read(dir.ino, 0, 10).unwrap_err().errno(), libc::EISDIR);
     let n = list(&v, dir.ino, 5).len() - 2;
