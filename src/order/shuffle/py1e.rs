@@ -19,7 +19,6 @@ use crate::order::OrderError;
 pub fn shuffle<T: Id>(p: ShuffleParams<'_>) -> Result<Vec<T>, OrderError> {
     let mut rng = NumpyRng::new(p.seed.wrapping_add(p.epoch));
     let (spans, parts, n) = prefix(&p, &mut rng);
-    let blocks = (trunc_mul(p.block_size, 0.75), trunc_mul(p.block_size, 1.25));
     let mut ids: Vec<T> = Vec::with_capacity(n as usize);
     for &(a, b) in &parts {
         let cn_spans = &spans[a..b];
@@ -36,33 +35,53 @@ pub fn shuffle<T: Id>(p: ShuffleParams<'_>) -> Result<Vec<T>, OrderError> {
             rng.shuffle(&mut ids[at..]);
         }
         let samples = &mut ids[start..];
+        let jitter = Jitter::new(cn_spans, p.block_size);
         if cn_n < u64::from(u32::MAX) {
-            sort_by_jitter_buckets(&mut rng, cn_spans, blocks, p.block_size, samples)?;
+            sort_by_jitter_buckets(&mut rng, jitter, samples)?;
         } else {
-            sort_by_jitter_keys(&mut rng, cn_spans, blocks, p.block_size, samples)?;
+            sort_by_jitter_keys(&mut rng, jitter, samples)?;
         }
     }
     Ok(ids)
 }
 
-/// Draws each span's jitter bounds and its samples' positions, in upstream's order, calling
-/// `visit(index in the canonical node, position)`.
+/// What the jittered positions of one canonical node's samples are drawn from: its spans and
+/// the range of block sizes (¾ to 1¼ of `shuffle_block_size`).
+#[derive(Clone, Copy)]
+struct Jitter<'a> {
+    spans: &'a [Span],
+    block_size: u64,
+    blocks: (i64, i64),
+}
+
+impl<'a> Jitter<'a> {
+    fn new(spans: &'a [Span], block_size: u64) -> Self {
+        let blocks = (trunc_mul(block_size, 0.75), trunc_mul(block_size, 1.25));
+        Jitter {
+            spans,
+            block_size,
+            blocks,
+        }
+    }
+}
+
+/// Draws each span's jitter bounds and its `n` samples' positions, in upstream's order,
+/// calling `visit(index in the canonical node, position)`.
 fn for_each_position(
     rng: &mut NumpyRng,
-    spans: &[Span],
-    (lo_block, hi_block): (i64, i64),
-    block_size: u64,
+    jitter: Jitter<'_>,
     n: u64,
     mut visit: impl FnMut(usize, f64),
 ) -> Result<(), OrderError> {
     let n_f = n as f64;
     let mut offset = 0u64;
-    for &(s, e) in spans {
+    let (lo_block, hi_block) = jitter.blocks;
+    for &(s, e) in jitter.spans {
         let size = e - s;
         let block = rng
             .integers(lo_block, hi_block)
             .ok_or(OrderError::BlockSizeTooSmall {
-                block_size,
+                block_size: jitter.block_size,
                 algo: "py1e",
             })?;
         let mut cutoff = (block as f64 - size as f64) / 2.0;
@@ -89,9 +108,7 @@ fn for_each_position(
 /// finally an insertion sort inside each integer bucket (usually 0–3 entries).
 fn sort_by_jitter_buckets<T: Id>(
     rng: &mut NumpyRng,
-    spans: &[Span],
-    blocks: (i64, i64),
-    block_size: u64,
+    jitter: Jitter<'_>,
     samples: &mut [T],
 ) -> Result<(), OrderError> {
     let n = samples.len();
@@ -106,16 +123,9 @@ fn sort_by_jitter_buckets<T: Id>(
     // Pass 1 on a copy of the generator: coarse bucket sizes.
     let mut starts = vec![0usize; coarse_n + 1];
     let mut replay = rng.clone();
-    for_each_position(
-        &mut replay,
-        spans,
-        blocks,
-        block_size,
-        n as u64,
-        |_, pos| {
-            starts[(bucket(pos) >> shift) + 1] += 1;
-        },
-    )?;
+    for_each_position(&mut replay, jitter, n as u64, |_, pos| {
+        starts[(bucket(pos) >> shift) + 1] += 1;
+    })?;
     for i in 1..=coarse_n {
         starts[i] += starts[i - 1];
     }
@@ -124,7 +134,7 @@ fn sort_by_jitter_buckets<T: Id>(
     let mut keys = vec![0f64; n];
     let mut placed = vec![T::default(); n];
     let mut next = starts.clone();
-    for_each_position(rng, spans, blocks, block_size, n as u64, |i, pos| {
+    for_each_position(rng, jitter, n as u64, |i, pos| {
         let slot = &mut next[bucket(pos) >> shift];
         keys[*slot] = pos;
         placed[*slot] = samples[i];
@@ -181,24 +191,15 @@ fn sort_by_jitter_buckets<T: Id>(
 /// Comparison-sort fallback for canonical nodes of 2^32 samples or more.
 fn sort_by_jitter_keys<T: Id>(
     rng: &mut NumpyRng,
-    spans: &[Span],
-    blocks: (i64, i64),
-    block_size: u64,
+    jitter: Jitter<'_>,
     samples: &mut [T],
 ) -> Result<(), OrderError> {
     let mut keyed: Vec<(u64, T)> = Vec::with_capacity(samples.len());
-    for_each_position(
-        rng,
-        spans,
-        blocks,
-        block_size,
-        samples.len() as u64,
-        |i, pos| {
-            // Positions are ≥ +0.0, so their bit patterns order like the values.
-            let key = if pos == 0.0 { 0 } else { pos.to_bits() };
-            keyed.push((key, samples[i]));
-        },
-    )?;
+    for_each_position(rng, jitter, samples.len() as u64, |i, pos| {
+        // Positions are ≥ +0.0, so their bit patterns order like the values.
+        let key = if pos == 0.0 { 0 } else { pos.to_bits() };
+        keyed.push((key, samples[i]));
+    })?;
     keyed.sort_by_key(|e| e.0);
     for (slot, e) in samples.iter_mut().zip(keyed) {
         *slot = e.1;
@@ -235,13 +236,13 @@ mod tests {
     fn bucket_sort_equals_key_sort() {
         let spans: Vec<Span> = vec![(0, 37), (100, 101), (37, 100), (101, 400), (400, 403)];
         for (seed, bs) in [(1u64, 10u64), (2, 100), (3, 1000), (4, 4), (5, 2)] {
-            let blocks = (trunc_mul(bs, 0.75), trunc_mul(bs, 1.25));
+            let jitter = Jitter::new(&spans, bs);
             let base: Vec<u64> = (0..403).rev().collect();
             let (mut a, mut b) = (base.clone(), base);
             let mut r1 = NumpyRng::new(seed);
             let mut r2 = NumpyRng::new(seed);
-            let ra = sort_by_jitter_buckets(&mut r1, &spans, blocks, bs, &mut a);
-            let rb = sort_by_jitter_keys(&mut r2, &spans, blocks, bs, &mut b);
+            let ra = sort_by_jitter_buckets(&mut r1, jitter, &mut a);
+            let rb = sort_by_jitter_keys(&mut r2, jitter, &mut b);
             assert_eq!(ra, rb);
             assert_eq!(a, b, "seed {seed} bs {bs}");
             assert_eq!(
