@@ -10,6 +10,7 @@ use shardfs::cache::{
     Advice, CacheError, CacheOptions, Candidate, Dataset, EvictionContext, EvictionPolicy, IoMode,
     ShardCache,
 };
+use shardfs::fetch::ShardFault;
 use shardfs::mds;
 use shardfs::store::{
     self, BlockingStore, CountingStore, Fault, FaultyStore, ResilientStore, StoreOptions,
@@ -586,7 +587,7 @@ fn a_read_that_waited_on_a_failed_prefetch_fetches_the_shard_again() {
     assert!(
         matches!(
             fetch.join().unwrap(),
-            Err(CacheError::Corrupt { shard: 0, .. })
+            Err(CacheError::Shard(ShardFault::Corrupt { shard: 0, .. }))
         ),
         "the readahead's own fetch failed"
     );
@@ -601,7 +602,7 @@ fn a_read_that_waited_on_a_failed_prefetch_fetches_the_shard_again() {
     faulty.inject(Fault::Corrupt, Some("shard.00001.mds.zstd"), None);
     assert!(matches!(
         cache.get(1),
-        Err(CacheError::Corrupt { shard: 1, .. })
+        Err(CacheError::Shard(ShardFault::Corrupt { shard: 1, .. }))
     ));
 }
 
@@ -761,7 +762,10 @@ fn corrupt_or_short_downloads_never_enter_the_cache() {
     faulty.inject(Fault::Corrupt, Some("shard.00001.mds.zstd"), None);
     assert!(cache.evict(1));
     let e = cache.get(1).unwrap_err();
-    assert!(matches!(e, CacheError::Corrupt { shard: 1, .. }), "{e:?}");
+    assert!(
+        matches!(e, CacheError::Shard(ShardFault::Corrupt { shard: 1, .. })),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("shard.00001.mds.zstd"), "{e}");
     assert!(!cache.shard_path(1).unwrap().exists());
     assert_eq!(
@@ -1623,7 +1627,10 @@ fn a_damaged_download_of_a_hashless_dataset_is_caught(
     faulty.inject(Fault::Corrupt, Some("shard.00001.mds"), None);
     assert!(cache.evict(1));
     let e = cache.get(1).unwrap_err();
-    assert!(matches!(e, CacheError::Corrupt { shard: 1, .. }), "{e:?}");
+    assert!(
+        matches!(e, CacheError::Shard(ShardFault::Corrupt { shard: 1, .. })),
+        "{e:?}"
+    );
     assert!(e.to_string().contains(what), "{e}");
     assert!(!cache.shard_path(1).unwrap().exists());
     faulty.clear();

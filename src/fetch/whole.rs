@@ -7,7 +7,7 @@ use super::error::Rejected;
 use super::etag_digest::{EtagDigest, Streamed};
 use super::ranged::check_header;
 use super::transfer_check::{AskedChecksums, TransferSums};
-use super::{add, FetchError, Fetcher};
+use super::{add, FetchError, Fetcher, ShardFault};
 use crate::mds::{self, FileRef, ShardEntry};
 use crate::store::{self, ObjectKey, StoreError};
 use bytes::Bytes;
@@ -172,7 +172,9 @@ impl Fetcher {
                     .map(|_| raw)
                     .map_err(|e| match e {
                         // The shard and URL are named once, by the error returned below.
-                        FetchError::Corrupt { reason, .. } => Rejected::Header(reason),
+                        FetchError::Shard(ShardFault::Corrupt { reason, .. }) => {
+                            Rejected::Header(reason)
+                        }
                         other => Rejected::Header(other.to_string()),
                     })
             });
@@ -193,11 +195,12 @@ impl Fetcher {
             }
         }
         let last = last.map_or_else(String::new, |r| r.to_string());
-        Err(FetchError::Corrupt {
+        Err(ShardFault::Corrupt {
             shard,
             file: url,
             reason: format!("{last} (after {downloads} downloads)"),
-        })
+        }
+        .into())
     }
 
     /// `key` (`size` bytes) as parallel ranged parts, into a buffer `buffer` makes. A `hashless` shard is checked by its ETag, whose MD5 is computed while the

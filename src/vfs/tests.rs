@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::cache::CacheError;
+use crate::fetch::ShardFault;
 use crate::order::OrderError;
 use crate::plan::{Location, NextUse, OrderCache, OrderSource, MIN_KEEP_EPOCHS};
 use crate::readahead::{Readahead, ReadaheadOptions, ShardSource};
@@ -102,11 +103,13 @@ impl SampleSource for Memory {
             return Err(SourceError::Shard {
                 store: "file:///data".into(),
                 shard: "shard.00001.mds".into(),
-                source: Box::new(ShardError::Cache(failure.unwrap_or(CacheError::Corrupt {
-                    shard: 1,
-                    file: "file:///data/shard.00001.mds".into(),
-                    reason: "hash mismatch".into(),
-                }))),
+                source: Box::new(ShardError::Cache(failure.unwrap_or(CacheError::Shard(
+                    ShardFault::Corrupt {
+                        shard: 1,
+                        file: "file:///data/shard.00001.mds".into(),
+                        reason: "hash mismatch".into(),
+                    },
+                )))),
             });
         }
         let b = Self::bytes(sample, column);
@@ -383,11 +386,11 @@ fn each_kind_of_shard_failure_reaches_the_reader_as_its_errno() {
             libc::EIO,
         ),
         (
-            CacheError::Corrupt {
+            CacheError::Shard(ShardFault::Corrupt {
                 shard: 1,
                 file: url(),
                 reason: "hash mismatch".into(),
-            },
+            }),
             libc::EIO,
             libc::EIO,
         ),
