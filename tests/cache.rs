@@ -923,16 +923,23 @@ fn sizes_of_a_sole_variable_bytes_column_come_from_the_shard_header_alone() {
     // The sizes are those of the verified files.
     for (k, size) in images.iter().enumerate() {
         let s = first + k as u64;
-        let whole = vfs.read(&vfs.locate(s).unwrap(), 0, 0, u32::MAX).unwrap();
+        let whole = read_whole(&vfs, s, 0);
         assert_eq!(whole.len() as u64, *size, "image of sample {s}");
         assert_eq!(whole.len(), 100 + 37 * s as usize, "image of sample {s}");
     }
-    assert_eq!(
-        vfs.read(&vfs.locate(first).unwrap(), 1, 0, u32::MAX)
-            .unwrap()
-            .len() as u64,
-        label
-    );
+    assert_eq!(read_whole(&vfs, first, 1).len() as u64, label);
+}
+
+/// All of column `column` of `sample`, read through the vfs's source.
+fn read_whole(vfs: &shardfs::vfs::MdsDataset, sample: u64, column: u32) -> bytes::Bytes {
+    use shardfs::vfs::{ColumnRead, SampleSource};
+    let r = ColumnRead {
+        at: vfs.locate(sample).unwrap(),
+        column,
+        offset: 0,
+        size: u32::MAX,
+    };
+    vfs.read(r).unwrap()
 }
 
 #[test]
@@ -961,7 +968,7 @@ fn a_shard_header_damaged_in_one_of_its_two_ranged_reads_is_outvoted_by_a_third(
     // sample-count field, in an offset, so it is caught only if it breaks their order). The
     // verified bytes read afterwards are never affected:
     let s = first + u64::from(per_shard[1]);
-    let whole = vfs.read(&vfs.locate(s).unwrap(), 0, 0, u32::MAX).unwrap();
+    let whole = read_whole(&vfs, s, 0);
     assert_eq!(whole.len() as u64, 100 + 37 * s);
 }
 

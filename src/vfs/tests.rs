@@ -76,27 +76,26 @@ impl SampleSource for Memory {
         } else {
             0
         };
-        self.read(at, column, 0, u32::MAX)
-            .map(|b| b.len() as u64 + lie)
+        let whole = ColumnRead {
+            at: *at,
+            column,
+            offset: 0,
+            size: u32::MAX,
+        };
+        self.read(whole).map(|b| b.len() as u64 + lie)
     }
-    fn read_with_size(
-        &self,
-        at: &Location,
-        column: u32,
-        offset: u64,
-        size: u32,
-    ) -> Result<(bytes::Bytes, u64), SourceError> {
+    fn read_with_size(&self, r: ColumnRead) -> Result<(bytes::Bytes, u64), SourceError> {
         // The verified bytes: their own length, whatever a size look-up said before.
-        let whole = Self::bytes(at.sample, column).len() as u64;
-        Ok((self.read(at, column, offset, size)?, whole))
+        let whole = Self::bytes(r.at.sample, r.column).len() as u64;
+        Ok((self.read(r)?, whole))
     }
-    fn read(
-        &self,
-        at: &Location,
-        column: u32,
-        offset: u64,
-        size: u32,
-    ) -> Result<bytes::Bytes, SourceError> {
+    fn read(&self, r: ColumnRead) -> Result<bytes::Bytes, SourceError> {
+        let ColumnRead {
+            at,
+            column,
+            offset,
+            size,
+        } = r;
         let sample = at.sample;
         if Some(self.shard_of(sample).ok_or(SourceError::Missing)?) == self.broken_shard {
             let failure = self.failure.lock().unwrap().clone();
