@@ -227,12 +227,13 @@ impl Fetcher {
                 self.part_size.load(std::sync::atomic::Ordering::Relaxed),
             )
         });
-        let tag = self.store.get_in_parts(
+        let tag = self.store.run(store::get_in_parts(
+            self.store.store().as_ref(),
             key,
             whole.as_mut(),
             self.fetch_part_size,
             &mut HashWhileLanding(digest.as_mut(), checksum_known),
-        )?;
+        ))?;
         let bytes: &[u8] = whole.as_ref();
         // The store's checksum came while the parts landed: it is the check, so the MD5
         // begun before it is dropped unfinished.
@@ -287,7 +288,8 @@ impl Fetcher {
         };
         // The check below runs inside the store's runtime, where no request can be sent.
         asked.settle();
-        let repair = self.store.refetch_differing_parts(
+        let repair = self.store.run(store::refetch_differing_parts(
+            self.store.store().as_ref(),
             key,
             whole.as_mut(),
             self.fetch_part_size,
@@ -300,7 +302,7 @@ impl Fetcher {
                     mds::verify_hashes(check, bytes).is_ok()
                 }
             },
-        )?;
+        ))?;
         add(&self.counters.parts_refetched, u64::from(repair.refetched));
         add(&self.counters.bytes_fetched, repair.bytes);
         if repair.verified {
