@@ -10,6 +10,7 @@ use shardfs::cache::{
     Advice, CacheError, CacheOptions, Candidate, Dataset, EvictionContext, EvictionPolicy, IoMode,
     ShardCache,
 };
+use shardfs::fetch::ShardFault;
 use shardfs::mds;
 use shardfs::store::{
     self, BlockingStore, CountingStore, Fault, FaultyStore, ResilientStore, StoreOptions,
@@ -586,7 +587,7 @@ fn a_read_that_waited_on_a_failed_prefetch_fetches_the_shard_again() {
     assert!(
         matches!(
             fetch.join().unwrap(),
-            Err(CacheError::Corrupt { shard: 0, .. })
+            Err(CacheError::Shard(ShardFault::Corrupt { shard: 0, .. }))
         ),
         "the readahead's own fetch failed"
     );
@@ -601,7 +602,7 @@ fn a_read_that_waited_on_a_failed_prefetch_fetches_the_shard_again() {
     faulty.inject(Fault::Corrupt, Some("shard.00001.mds.zstd"), None);
     assert!(matches!(
         cache.get(1),
-        Err(CacheError::Corrupt { shard: 1, .. })
+        Err(CacheError::Shard(ShardFault::Corrupt { shard: 1, .. }))
     ));
 }
 
@@ -761,7 +762,10 @@ fn corrupt_or_short_downloads_never_enter_the_cache() {
     faulty.inject(Fault::Corrupt, Some("shard.00001.mds.zstd"), None);
     assert!(cache.evict(1));
     let e = cache.get(1).unwrap_err();
-    assert!(matches!(e, CacheError::Corrupt { shard: 1, .. }), "{e:?}");
+    assert!(
+        matches!(e, CacheError::Shard(ShardFault::Corrupt { shard: 1, .. })),
+        "{e:?}"
+    );
     assert!(e.to_string().contains("shard.00001.mds.zstd"), "{e}");
     assert!(!cache.shard_path(1).unwrap().exists());
     assert_eq!(
@@ -919,16 +923,23 @@ fn sizes_of_a_sole_variable_bytes_column_come_from_the_shard_header_alone() {
     // The sizes are those of the verified files.
     for (k, size) in images.iter().enumerate() {
         let s = first + k as u64;
-        let whole = vfs.read(&vfs.locate(s).unwrap(), 0, 0, u32::MAX).unwrap();
+        let whole = read_whole(&vfs, s, 0);
         assert_eq!(whole.len() as u64, *size, "image of sample {s}");
         assert_eq!(whole.len(), 100 + 37 * s as usize, "image of sample {s}");
     }
-    assert_eq!(
-        vfs.read(&vfs.locate(first).unwrap(), 1, 0, u32::MAX)
-            .unwrap()
-            .len() as u64,
-        label
-    );
+    assert_eq!(read_whole(&vfs, first, 1).len() as u64, label);
+}
+
+/// All of column `column` of `sample`, read through the vfs's source.
+fn read_whole(vfs: &shardfs::vfs::MdsDataset, sample: u64, column: u32) -> bytes::Bytes {
+    use shardfs::vfs::{ColumnRead, SampleSource};
+    let r = ColumnRead {
+        at: vfs.locate(sample).unwrap(),
+        column,
+        offset: 0,
+        size: u32::MAX,
+    };
+    vfs.read(r).unwrap()
 }
 
 #[test]
@@ -957,7 +968,7 @@ fn a_shard_header_damaged_in_one_of_its_two_ranged_reads_is_outvoted_by_a_third(
     // sample-count field, in an offset, so it is caught only if it breaks their order). The
     // verified bytes read afterwards are never affected:
     let s = first + u64::from(per_shard[1]);
-    let whole = vfs.read(&vfs.locate(s).unwrap(), 0, 0, u32::MAX).unwrap();
+    let whole = read_whole(&vfs, s, 0);
     assert_eq!(whole.len() as u64, 100 + 37 * s);
 }
 
@@ -1623,7 +1634,10 @@ fn a_damaged_download_of_a_hashless_dataset_is_caught(
     faulty.inject(Fault::Corrupt, Some("shard.00001.mds"), None);
     assert!(cache.evict(1));
     let e = cache.get(1).unwrap_err();
-    assert!(matches!(e, CacheError::Corrupt { shard: 1, .. }), "{e:?}");
+    assert!(
+        matches!(e, CacheError::Shard(ShardFault::Corrupt { shard: 1, .. })),
+        "{e:?}"
+    );
     assert!(e.to_string().contains(what), "{e}");
     assert!(!cache.shard_path(1).unwrap().exists());
     faulty.clear();

@@ -2,7 +2,7 @@
 //!
 //! It is `Clone` because single flight hands one fill's outcome to every waiter.
 
-use crate::fetch::FetchError;
+use crate::fetch::{FetchError, ShardFault};
 use crate::store::StoreError;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -22,17 +22,10 @@ pub enum CacheError {
         /// The parser's message.
         reason: String,
     },
-    /// Downloaded bytes failed their size or hash check (after re-downloads), or do not
-    /// decompress / parse as the shard the index describes. Nothing was cached.
-    #[error("shard {shard} ({file}): {reason}")]
-    Corrupt {
-        /// Shard number in index.json.
-        shard: usize,
-        /// The object (URL) or cached file concerned.
-        file: String,
-        /// What did not match.
-        reason: String,
-    },
+    /// The shard's bytes (downloaded, after re-downloads, or cached) do not check out, or the
+    /// shard or range asked for does not exist. Nothing was cached.
+    #[error(transparent)]
+    Shard(#[from] ShardFault),
     /// A local file operation failed.
     #[error("{op} {}: {source}", path.display())]
     Io {
@@ -75,24 +68,6 @@ pub enum CacheError {
         /// Shard number.
         shard: usize,
     },
-    /// A shard number beyond the index.
-    #[error("shard {shard} does not exist (the index has {shards} shards)")]
-    NoSuchShard {
-        /// The number asked for.
-        shard: usize,
-        /// How many there are.
-        shards: usize,
-    },
-    /// A read beyond a shard's end, or a sample number beyond its count.
-    #[error("shard {shard} ({file}): {what}")]
-    OutOfRange {
-        /// Shard number.
-        shard: usize,
-        /// Its basename.
-        file: String,
-        /// What was asked.
-        what: String,
-    },
     /// The cache is not usable as configured (no cache dir, bad options).
     #[error("cache configuration: {0}")]
     Config(String),
@@ -113,19 +88,7 @@ impl From<FetchError> for CacheError {
     fn from(e: FetchError) -> Self {
         match e {
             FetchError::Store(e) => CacheError::Store(e),
-            FetchError::Corrupt {
-                shard,
-                file,
-                reason,
-            } => CacheError::Corrupt {
-                shard,
-                file,
-                reason,
-            },
-            FetchError::NoSuchShard { shard, shards } => CacheError::NoSuchShard { shard, shards },
-            FetchError::OutOfRange { shard, file, what } => {
-                CacheError::OutOfRange { shard, file, what }
-            }
+            FetchError::Shard(e) => CacheError::Shard(e),
         }
     }
 }

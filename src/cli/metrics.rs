@@ -19,7 +19,7 @@ use anyhow::{Context, Result};
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric, MetricEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::MetricType::{self, Counter, Gauge, Histogram};
 use prometheus_client::registry::Registry;
 
 type Labels = Vec<(String, String)>;
@@ -36,11 +36,10 @@ impl std::fmt::Debug for StatusCollector {
     }
 }
 
-/// One metric family with its samples, collected from the status before encoding.
-enum Family {
-    Counter(Vec<(Labels, f64)>),
-    Gauge(Vec<(Labels, f64)>),
-    Histogram(Vec<(Labels, LatencySnapshot)>),
+/// The samples of one metric family, read from the status before encoding.
+enum Samples {
+    Values(Vec<(Labels, f64)>),
+    Histograms(Vec<(Labels, LatencySnapshot)>),
 }
 
 fn label(pairs: &[(&str, &str)]) -> Labels {
@@ -50,83 +49,85 @@ fn label(pairs: &[(&str, &str)]) -> Labels {
         .collect()
 }
 
-/// The metric families of one status snapshot: (name, help, samples), in a fixed order.
-fn families(status: &MountStatus) -> Vec<(&'static str, &'static str, Family)> {
-    let mut out = Vec::new();
-    let streams = &status.cache;
-    let stream_labels = |i: usize, s: &StreamCacheStatus| {
-        label(&[("stream", &i.to_string()), ("source", &s.source)])
-    };
-    let per_stream = |field: fn(&CacheStats) -> u64| -> Vec<(Labels, f64)> {
-        streams
-            .iter()
-            .enumerate()
-            .map(|(i, s)| (stream_labels(i, s), field(&s.stats) as f64))
-            .collect()
-    };
-    out.push(("shardfs_store_fetched_bytes", "Bytes downloaded from the object store (as stored: compressed shards compressed), ranged reads included.", Family::Counter(per_stream(|c| c.bytes_fetched))));
-    out.push((
-        "shardfs_store_shard_fetches",
-        "Whole shards downloaded, verified and cached.",
-        Family::Counter(per_stream(|c| c.shards_fetched)),
-    ));
-    out.push((
-        "shardfs_store_repaired_downloads",
-        "Downloads in parts that failed verification and were made whole by fetching only their parts again.",
-        Family::Counter(per_stream(|c| c.repaired_downloads)),
-    ));
-    out.push((
-        "shardfs_store_parts_refetched",
-        "Parts fetched again to repair downloads that failed verification.",
-        Family::Counter(per_stream(|c| c.parts_refetched)),
-    ));
-    out.push((
-        "shardfs_store_ranged_fetches",
-        "Ranged requests for headers or samples of shards not on disk (stat before read).",
-        Family::Counter(per_stream(|c| c.ranged_fetches)),
-    ));
-    let tiered = |memory: fn(&CacheStats) -> u64, disk: fn(&CacheStats) -> u64| {
-        let mut v = Vec::new();
-        for (i, s) in streams.iter().enumerate() {
-            for (tier, field) in [("memory", memory), ("disk", disk)] {
-                let mut labels = stream_labels(i, s);
-                labels.push(("tier".into(), tier.into()));
-                v.push((labels, field(&s.stats) as f64));
-            }
-        }
-        v
-    };
-    out.push(("shardfs_cache_hits", "Look-ups served by the memory tier (samples, headers) or finding the shard on the disk tier.", Family::Counter(tiered(|c| c.memory_hits, |c| c.disk_hits))));
-    out.push((
-        "shardfs_cache_misses",
-        "Look-ups the memory tier could not serve, or that had to fetch (or wait for) the shard.",
-        Family::Counter(tiered(|c| c.memory_misses, |c| c.disk_misses)),
-    ));
-    out.push((
-        "shardfs_cache_evictions",
-        "Shards evicted from the disk tier to stay within the cache limit.",
-        Family::Counter(per_stream(|c| c.evictions)),
-    ));
-    out.push((
-        "shardfs_cache_usage_bytes",
-        "Bytes of shards on the disk tier now.",
-        Family::Gauge(per_stream(|c| c.usage_bytes)),
-    ));
-    let limits = per_stream(|c| c.limit_bytes)
-        .into_iter()
-        .filter(|(_, v)| *v < u64::MAX as f64)
-        .collect();
-    out.push((
-        "shardfs_cache_limit_bytes",
-        "The disk tier's byte limit (absent when unlimited).",
-        Family::Gauge(limits),
-    ));
-    out.push((
-        "shardfs_cache_resident_shards",
-        "Shards on the disk tier now.",
-        Family::Gauge(per_stream(|c| c.resident_shards)),
-    ));
-    let backends = streams
+/// Where a family's samples come from in a status snapshot.
+enum Of {
+    /// One sample per stream, from its cache's counters.
+    Stream(fn(&CacheStats) -> u64),
+    /// Two samples per stream, labelled `tier="memory"` and `tier="disk"`.
+    Tiers(fn(&CacheStats) -> u64, fn(&CacheStats) -> u64),
+    /// One unlabelled sample.
+    One(fn(&MountStatus) -> f64),
+    /// One sample per local rank that has a value, labelled with its global rank.
+    Rank(fn(&RankStatus) -> Option<f64>),
+    /// Samples with labels of their own.
+    Labelled(fn(&MountStatus) -> Vec<(Labels, f64)>),
+    /// Latency histograms.
+    Histograms(fn(&MountStatus) -> Vec<(Labels, LatencySnapshot)>),
+}
+
+/// Every metric family (type, name, samples, help), in the order the endpoint writes them
+/// (docs/METRICS.md lists them).
+const FAMILIES: &[(MetricType, &str, Of, &str)] = &[
+    (Counter, "shardfs_store_fetched_bytes", Of::Stream(|c| c.bytes_fetched), "Bytes downloaded from the object store (as stored: compressed shards compressed), ranged reads included."),
+    (Counter, "shardfs_store_shard_fetches", Of::Stream(|c| c.shards_fetched), "Whole shards downloaded, verified and cached."),
+    (Counter, "shardfs_store_repaired_downloads", Of::Stream(|c| c.repaired_downloads), "Downloads in parts that failed verification and were made whole by fetching only their parts again."),
+    (Counter, "shardfs_store_parts_refetched", Of::Stream(|c| c.parts_refetched), "Parts fetched again to repair downloads that failed verification."),
+    (Counter, "shardfs_store_ranged_fetches", Of::Stream(|c| c.ranged_fetches), "Ranged requests for headers or samples of shards not on disk (stat before read)."),
+    (Counter, "shardfs_cache_hits", Of::Tiers(|c| c.memory_hits, |c| c.disk_hits), "Look-ups served by the memory tier (samples, headers) or finding the shard on the disk tier."),
+    (Counter, "shardfs_cache_misses", Of::Tiers(|c| c.memory_misses, |c| c.disk_misses), "Look-ups the memory tier could not serve, or that had to fetch (or wait for) the shard."),
+    (Counter, "shardfs_cache_evictions", Of::Stream(|c| c.evictions), "Shards evicted from the disk tier to stay within the cache limit."),
+    (Gauge, "shardfs_cache_usage_bytes", Of::Stream(|c| c.usage_bytes), "Bytes of shards on the disk tier now."),
+    (Gauge, "shardfs_cache_limit_bytes", Of::Labelled(cache_limits), "The disk tier's byte limit (absent when unlimited)."),
+    (Gauge, "shardfs_cache_resident_shards", Of::Stream(|c| c.resident_shards), "Shards on the disk tier now."),
+    (Gauge, "shardfs_cache_io_backend", Of::Labelled(io_backends), "1, labelled with how the stream's cache reads and writes its files (io_backend in status.json: io_uring-direct, pread-direct, io_uring-inline, io_uring or pread)."),
+    (Gauge, "shardfs_memory_tier_bytes", Of::Stream(|c| c.memory_tier_bytes), "Bytes the memory tier holds now."),
+    (Gauge, "shardfs_downloading_bytes", Of::Stream(|c| c.downloading_bytes), "Bytes of shards being downloaded, held in memory until they are on disk."),
+    (Gauge, "shardfs_idle_download_buffer_bytes", Of::Stream(|c| c.idle_download_buffer_bytes), "Bytes of buffers of finished downloads kept for the next ones."),
+    (Histogram, "shardfs_fetch_duration_seconds", Of::Histograms(fetch_latencies), "Time to download and verify one whole shard."),
+    (Histogram, "shardfs_read_duration_seconds", Of::Histograms(|s| vec![(Labels::new(), s.read_latency.clone())]), "Time to answer one read of a sample file, waits for its shard included."),
+    (Counter, "shardfs_stalls", Of::One(|s| s.readahead.stalls as f64), "Reads that had to wait for their shard to arrive."),
+    (Counter, "shardfs_stall_seconds", Of::One(|s| s.readahead.stall_seconds), "Total time reads waited for their shards."),
+    (Counter, "shardfs_prefetches", Of::One(|s| s.readahead.prefetches as f64), "Shards fetched ahead of their readers by the readahead scheduler."),
+    (Counter, "shardfs_prefetched_bytes_for_next_epoch", Of::One(|s| s.readahead.prefetched_bytes_for_next_epoch as f64), "Bytes of shards the readahead fetched for a rank's next epoch while it read the current one."),
+    (Counter, "shardfs_samples_advised", Of::One(|s| s.readahead.samples_advised as f64), "Samples of cached shards asked into the page cache ahead of their readers."),
+    (Counter, "shardfs_samples_read_ahead", Of::Stream(|c| c.samples_read_ahead), "Samples of cached shards read into memory ahead of their readers (cache files read past the page cache)."),
+    (Counter, "shardfs_read_ahead_hits", Of::Stream(|c| c.read_ahead_hits), "Sample reads answered by a sample read ahead."),
+    (Gauge, "shardfs_fetches_in_flight", Of::One(|s| s.readahead.fetches_in_flight as f64), "Readahead fetches running now."),
+    (Gauge, "shardfs_fetches_pending", Of::One(|s| s.readahead.fetches_pending as f64), "Readahead fetches planned and waiting for a slot."),
+    (Gauge, "shardfs_rank_epoch", Of::Rank(|r| Some(r.epoch as f64)), "The epoch each rank is reading."),
+    (Gauge, "shardfs_rank_position", Of::Rank(|r| r.cursor.map(|c| c as f64)), "The furthest position each rank has read in its epoch (samples from the epoch's start)."),
+    (Gauge, "shardfs_rank_lowest_unread_position", Of::Rank(|r| r.lowest_unread.map(|c| c as f64)), "The lowest position each rank's slowest worker has still to read (readahead keeps its shards)."),
+    (Gauge, "shardfs_rank_epoch_samples", Of::Rank(|r| r.epoch_samples.map(|n| n as f64)), "Samples in each rank's current epoch."),
+    (Gauge, "shardfs_rank_samples_per_second", Of::Rank(|r| Some(r.samples_per_second)), "Each rank's pace through its current epoch since the epoch's first read."),
+    (Counter, "shardfs_rank_read_bytes", Of::Rank(|r| Some(r.bytes_read as f64)), "Bytes of sample files delivered to each rank."),
+    (Counter, "shardfs_rank_reads", Of::Rank(|r| Some(r.requests as f64)), "Read requests of sample files from each rank."),
+    (Counter, "shardfs_error_answers", Of::Labelled(error_answers), "Requests answered with an error because their shard was unavailable, by kind: reads of sample files (read) and look-ups of sizes not known yet (size); repeats included."),
+    (Counter, "shardfs_errors", Of::Labelled(errors), "Failures by kind: reads answered EIO (shard_unavailable), failed shard fills, downloads or cached files that failed verification, shards the cache disk could not take, failed prefetches."),
+    (Gauge, "shardfs_uptime_seconds", Of::One(|s| s.uptime_seconds), "Seconds since the mount started."),
+    (Gauge, "shardfs_process_memory_bytes", Of::Labelled(process_memory), "The daemon's memory by kind: resident (RSS), heap_in_use, heap_mapped and heap_free (malloc's, glibc builds only), page_pool (buffers mapped apart from malloc) and page_pool_free (of those, kept free for reuse)."),
+    (Gauge, "shardfs_process_threads", Of::Labelled(|s| Vec::from_iter(s.memory.threads.map(|t| (Labels::new(), t as f64)))), "Threads of the daemon."),
+];
+
+/// The labels of stream `i`'s samples.
+fn stream_labels(i: usize, s: &StreamCacheStatus) -> Labels {
+    label(&[("stream", &i.to_string()), ("source", &s.source)])
+}
+
+/// Each stream's disk-tier limit, where it has one.
+fn cache_limits(status: &MountStatus) -> Vec<(Labels, f64)> {
+    status
+        .cache
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.stats.limit_bytes < u64::MAX)
+        .map(|(i, s)| (stream_labels(i, s), s.stats.limit_bytes as f64))
+        .collect()
+}
+
+/// A 1 per stream, labelled with its cache's I/O backend.
+fn io_backends(status: &MountStatus) -> Vec<(Labels, f64)> {
+    status
+        .cache
         .iter()
         .enumerate()
         .map(|(i, s)| {
@@ -134,144 +135,38 @@ fn families(status: &MountStatus) -> Vec<(&'static str, &'static str, Family)> {
             labels.push(("backend".into(), s.stats.io_backend.to_string()));
             (labels, 1.0)
         })
-        .collect();
-    out.push((
-        "shardfs_cache_io_backend",
-        "1, labelled with how the stream's cache reads and writes its files (io_backend in status.json: io_uring-direct, pread-direct, io_uring-inline, io_uring or pread).",
-        Family::Gauge(backends),
-    ));
-    out.push((
-        "shardfs_memory_tier_bytes",
-        "Bytes the memory tier holds now.",
-        Family::Gauge(per_stream(|c| c.memory_tier_bytes)),
-    ));
-    out.push((
-        "shardfs_downloading_bytes",
-        "Bytes of shards being downloaded, held in memory until they are on disk.",
-        Family::Gauge(per_stream(|c| c.downloading_bytes)),
-    ));
-    out.push((
-        "shardfs_idle_download_buffer_bytes",
-        "Bytes of buffers of finished downloads kept for the next ones.",
-        Family::Gauge(per_stream(|c| c.idle_download_buffer_bytes)),
-    ));
-    let fetch = streams
+        .collect()
+}
+
+/// Each stream's shard download latencies.
+fn fetch_latencies(status: &MountStatus) -> Vec<(Labels, LatencySnapshot)> {
+    status
+        .cache
         .iter()
         .enumerate()
         .map(|(i, s)| (stream_labels(i, s), s.fetch_latency.clone()))
-        .collect();
-    out.push((
-        "shardfs_fetch_duration_seconds",
-        "Time to download and verify one whole shard.",
-        Family::Histogram(fetch),
-    ));
-    out.push((
-        "shardfs_read_duration_seconds",
-        "Time to answer one read of a sample file, waits for its shard included.",
-        Family::Histogram(vec![(Labels::new(), status.read_latency.clone())]),
-    ));
+        .collect()
+}
 
-    let ra = &status.readahead;
-    let one = |v: f64| vec![(Labels::new(), v)];
-    out.push((
-        "shardfs_stalls",
-        "Reads that had to wait for their shard to arrive.",
-        Family::Counter(one(ra.stalls as f64)),
-    ));
-    out.push((
-        "shardfs_stall_seconds",
-        "Total time reads waited for their shards.",
-        Family::Counter(one(ra.stall_seconds)),
-    ));
-    out.push((
-        "shardfs_prefetches",
-        "Shards fetched ahead of their readers by the readahead scheduler.",
-        Family::Counter(one(ra.prefetches as f64)),
-    ));
-    out.push((
-        "shardfs_prefetched_bytes_for_next_epoch",
-        "Bytes of shards the readahead fetched for a rank's next epoch while it read the current one.",
-        Family::Counter(one(ra.prefetched_bytes_for_next_epoch as f64)),
-    ));
-    out.push((
-        "shardfs_samples_advised",
-        "Samples of cached shards asked into the page cache ahead of their readers.",
-        Family::Counter(one(ra.samples_advised as f64)),
-    ));
-    out.push((
-        "shardfs_samples_read_ahead",
-        "Samples of cached shards read into memory ahead of their readers (cache files read past the page cache).",
-        Family::Counter(per_stream(|c| c.samples_read_ahead)),
-    ));
-    out.push((
-        "shardfs_read_ahead_hits",
-        "Sample reads answered by a sample read ahead.",
-        Family::Counter(per_stream(|c| c.read_ahead_hits)),
-    ));
-    out.push((
-        "shardfs_fetches_in_flight",
-        "Readahead fetches running now.",
-        Family::Gauge(one(ra.fetches_in_flight as f64)),
-    ));
-    out.push((
-        "shardfs_fetches_pending",
-        "Readahead fetches planned and waiting for a slot.",
-        Family::Gauge(one(ra.fetches_pending as f64)),
-    ));
+/// Error answers by operation.
+fn error_answers(status: &MountStatus) -> Vec<(Labels, f64)> {
+    let answers = &status.errors.answers;
+    vec![
+        (label(&[("op", "read")]), answers.read as f64),
+        (label(&[("op", "size")]), answers.size as f64),
+    ]
+}
 
-    let per_rank = |field: fn(&RankStatus) -> Option<f64>| -> Vec<(Labels, f64)> {
-        ra.ranks
+/// Failures by kind, the caches' summed over the streams.
+fn errors(status: &MountStatus) -> Vec<(Labels, f64)> {
+    let sum = |field: fn(&CacheStats) -> u64| {
+        status
+            .cache
             .iter()
-            .enumerate()
-            .filter_map(|(i, r)| {
-                let rank = status
-                    .ranks
-                    .get(i)
-                    .map(|g| g.to_string())
-                    .unwrap_or_else(|| i.to_string());
-                field(r).map(|v| (label(&[("rank", &rank)]), v))
-            })
-            .collect()
+            .map(|s| field(&s.stats) as f64)
+            .sum::<f64>()
     };
-    out.push((
-        "shardfs_rank_epoch",
-        "The epoch each rank is reading.",
-        Family::Gauge(per_rank(|r| Some(r.epoch as f64))),
-    ));
-    out.push((
-        "shardfs_rank_position",
-        "The furthest position each rank has read in its epoch (samples from the epoch's start).",
-        Family::Gauge(per_rank(|r| r.cursor.map(|c| c as f64))),
-    ));
-    out.push((
-        "shardfs_rank_lowest_unread_position",
-        "The lowest position each rank's slowest worker has still to read (readahead keeps its shards).",
-        Family::Gauge(per_rank(|r| r.lowest_unread.map(|c| c as f64))),
-    ));
-    out.push((
-        "shardfs_rank_epoch_samples",
-        "Samples in each rank's current epoch.",
-        Family::Gauge(per_rank(|r| r.epoch_samples.map(|n| n as f64))),
-    ));
-    out.push((
-        "shardfs_rank_samples_per_second",
-        "Each rank's pace through its current epoch since the epoch's first read.",
-        Family::Gauge(per_rank(|r| Some(r.samples_per_second))),
-    ));
-    out.push((
-        "shardfs_rank_read_bytes",
-        "Bytes of sample files delivered to each rank.",
-        Family::Counter(per_rank(|r| Some(r.bytes_read as f64))),
-    ));
-    out.push((
-        "shardfs_rank_reads",
-        "Read requests of sample files from each rank.",
-        Family::Counter(per_rank(|r| Some(r.requests as f64))),
-    ));
-
-    let sum =
-        |field: fn(&CacheStats) -> u64| streams.iter().map(|s| field(&s.stats) as f64).sum::<f64>();
-    let errors = vec![
+    vec![
         (
             label(&[("kind", "shard_unavailable")]),
             status.errors.count as f64,
@@ -287,26 +182,15 @@ fn families(status: &MountStatus) -> Vec<(&'static str, &'static str, Family)> {
         ),
         (
             label(&[("kind", "prefetch_failed")]),
-            ra.prefetch_errors as f64,
+            status.readahead.prefetch_errors as f64,
         ),
-    ];
-    let answers = &status.errors.answers;
-    out.push((
-        "shardfs_error_answers",
-        "Requests answered with an error because their shard was unavailable, by kind: reads of sample files (read) and look-ups of sizes not known yet (size); repeats included.",
-        Family::Counter(vec![
-            (label(&[("op", "read")]), answers.read as f64),
-            (label(&[("op", "size")]), answers.size as f64),
-        ]),
-    ));
-    out.push(("shardfs_errors", "Failures by kind: reads answered EIO (shard_unavailable), failed shard fills, downloads or cached files that failed verification, shards the cache disk could not take, failed prefetches.", Family::Counter(errors)));
-    out.push((
-        "shardfs_uptime_seconds",
-        "Seconds since the mount started.",
-        Family::Gauge(one(status.uptime_seconds)),
-    ));
+    ]
+}
+
+/// The daemon's memory by kind (the kinds this build can measure).
+fn process_memory(status: &MountStatus) -> Vec<(Labels, f64)> {
     let m = &status.memory;
-    let memory: Vec<_> = [
+    [
         ("resident", m.rss_bytes),
         ("heap_in_use", m.heap_in_use_bytes),
         ("heap_mapped", m.heap_mapped_bytes),
@@ -316,18 +200,51 @@ fn families(status: &MountStatus) -> Vec<(&'static str, &'static str, Family)> {
     ]
     .into_iter()
     .filter_map(|(kind, n)| n.map(|n| (label(&[("kind", kind)]), n as f64)))
-    .collect();
-    out.push((
-        "shardfs_process_memory_bytes",
-        "The daemon's memory by kind: resident (RSS), heap_in_use, heap_mapped and heap_free (malloc's, glibc builds only), page_pool (buffers mapped apart from malloc) and page_pool_free (of those, kept free for reuse).",
-        Family::Gauge(memory),
-    ));
-    out.push((
-        "shardfs_process_threads",
-        "Threads of the daemon.",
-        Family::Gauge(m.threads.map(|t| one(t as f64)).unwrap_or_default()),
-    ));
-    out
+    .collect()
+}
+
+impl Of {
+    /// The family's samples in `status`.
+    fn read(&self, status: &MountStatus) -> Samples {
+        let streams = status.cache.iter().enumerate();
+        match self {
+            Of::Stream(field) => Samples::Values(
+                streams
+                    .map(|(i, s)| (stream_labels(i, s), field(&s.stats) as f64))
+                    .collect(),
+            ),
+            Of::Tiers(memory, disk) => Samples::Values(
+                streams
+                    .flat_map(|(i, s)| {
+                        [("memory", memory), ("disk", disk)].map(|(tier, field)| {
+                            let mut labels = stream_labels(i, s);
+                            labels.push(("tier".into(), tier.into()));
+                            (labels, field(&s.stats) as f64)
+                        })
+                    })
+                    .collect(),
+            ),
+            Of::One(value) => Samples::Values(vec![(Labels::new(), value(status))]),
+            Of::Rank(field) => Samples::Values(
+                status
+                    .readahead
+                    .ranks
+                    .iter()
+                    .enumerate()
+                    .filter_map(|(i, r)| {
+                        let rank = status
+                            .ranks
+                            .get(i)
+                            .map(|g| g.to_string())
+                            .unwrap_or_else(|| i.to_string());
+                        field(r).map(|v| (label(&[("rank", &rank)]), v))
+                    })
+                    .collect(),
+            ),
+            Of::Labelled(samples) => Samples::Values(samples(status)),
+            Of::Histograms(histograms) => Samples::Histograms(histograms(status)),
+        }
+    }
 }
 
 /// Whole numbers are written as integers (`5000`, not `5000.0`).
@@ -347,11 +264,10 @@ fn encode_value(kind: MetricType, v: f64, m: MetricEncoder) -> Result<(), std::f
 impl prometheus_client::collector::Collector for StatusCollector {
     fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
         let status = (self.0)();
-        for (name, help, family) in families(&status) {
-            let (kind, samples, histograms) = match family {
-                Family::Counter(s) => (MetricType::Counter, s, Vec::new()),
-                Family::Gauge(s) => (MetricType::Gauge, s, Vec::new()),
-                Family::Histogram(h) => (MetricType::Histogram, Vec::new(), h),
+        for &(kind, name, ref of, help) in FAMILIES {
+            let (samples, histograms) = match of.read(&status) {
+                Samples::Values(s) => (s, Vec::new()),
+                Samples::Histograms(h) => (Vec::new(), h),
             };
             let mut m = encoder.encode_descriptor(name, help, None, kind)?;
             // A lone unlabelled sample is written without `{}`.

@@ -165,10 +165,10 @@ pub fn mount_request(
             SOURCE => {}
             NODE_RANK_FROM_POD_NAME => rank_from_pod = parse_bool(k, v)?,
             NODE_RANK_OFFSET => {
-                rank_offset = v.trim().parse().map_err(|_| AttributeError::BadValue {
-                    key: k.clone(),
-                    reason: format!("{v:?} is not a non-negative integer"),
-                })?
+                rank_offset = v
+                    .trim()
+                    .parse()
+                    .map_err(|_| bad_value(k, format!("{v:?} is not a non-negative integer")))?
             }
             _ if k.starts_with("csi.storage.k8s.io/") => {}
             // Read by the pod-identity module.
@@ -179,20 +179,16 @@ pub fn mount_request(
     if rank_from_pod {
         let pod = context
             .get(POD_NAME)
-            .ok_or_else(|| AttributeError::BadValue {
-                key: NODE_RANK_FROM_POD_NAME.into(),
-                reason: "kubelet passed no pod name (the CSIDriver needs podInfoOnMount: true; PersistentVolumes are staged without a pod: give nodeRank instead)".into(),
-            })?;
-        let n = trailing_number(pod).ok_or_else(|| AttributeError::BadValue {
-            key: NODE_RANK_FROM_POD_NAME.into(),
-            reason: format!("pod name {pod:?} does not end in -<number>"),
+            .ok_or_else(|| bad_value(NODE_RANK_FROM_POD_NAME, "kubelet passed no pod name (the CSIDriver needs podInfoOnMount: true; PersistentVolumes are staged without a pod: give nodeRank instead)"))?;
+        let n = trailing_number(pod).ok_or_else(|| {
+            bad_value(
+                NODE_RANK_FROM_POD_NAME,
+                format!("pod name {pod:?} does not end in -<number>"),
+            )
         })?;
         let rank = n
             .checked_add(rank_offset)
-            .ok_or_else(|| AttributeError::BadValue {
-                key: NODE_RANK_OFFSET.into(),
-                reason: "too large".into(),
-            })?;
+            .ok_or_else(|| bad_value(NODE_RANK_OFFSET, "too large"))?;
         flags.insert("node-rank".into(), format!("--node-rank={rank}"));
     }
     let mut env = BTreeMap::new();
@@ -221,10 +217,15 @@ fn parse_bool(key: &str, v: &str) -> Result<bool, AttributeError> {
     match v.trim() {
         "true" | "True" | "1" | "yes" => Ok(true),
         "false" | "False" | "0" | "no" | "" => Ok(false),
-        other => Err(AttributeError::BadValue {
-            key: key.into(),
-            reason: format!("{other:?} is not true or false"),
-        }),
+        other => Err(bad_value(key, format!("{other:?} is not true or false"))),
+    }
+}
+
+/// A bad value for the plugin's attribute `key`.
+fn bad_value(key: &str, reason: impl Into<String>) -> AttributeError {
+    AttributeError::BadValue {
+        key: key.into(),
+        reason: reason.into(),
     }
 }
 

@@ -143,7 +143,7 @@ impl PodIdentity {
         // kubelet passes a token for every audience of the CSIDriver: the volume's attributes
         // say which identity it uses (a role ARN: web identity; an Azure client: workload
         // identity; neither: EKS Pod Identity).
-        if let Some(role) = attr(AWS_ROLE_ARN) {
+        let (audience, token) = if let Some(role) = attr(AWS_ROLE_ARN) {
             let token = token_of(AUDIENCE_STS).ok_or(IdentityError::Missing {
                 audience: AUDIENCE_STS,
                 attribute: "tokenRequests audience sts.amazonaws.com in the CSIDriver",
@@ -160,13 +160,8 @@ impl PodIdentity {
                 .take(64)
                 .collect();
             settings.insert("AWS_ROLE_SESSION_NAME".into(), session);
-            return Ok(Some(PodIdentity {
-                audience: AUDIENCE_STS,
-                token,
-                settings,
-            }));
-        }
-        if let Some(client) = attr(AZURE_CLIENT_ID) {
+            (AUDIENCE_STS, token)
+        } else if let Some(client) = attr(AZURE_CLIENT_ID) {
             let token = token_of(AUDIENCE_AZURE).ok_or(IdentityError::Missing {
                 audience: AUDIENCE_AZURE,
                 attribute: "tokenRequests audience api://AzureADTokenExchange in the CSIDriver",
@@ -177,24 +172,21 @@ impl PodIdentity {
             })?;
             settings.insert("AZURE_CLIENT_ID".into(), client);
             settings.insert("AZURE_TENANT_ID".into(), tenant);
-            return Ok(Some(PodIdentity {
-                audience: AUDIENCE_AZURE,
-                token,
-                settings,
-            }));
-        }
-        if let Some(token) = token_of(AUDIENCE_EKS) {
+            (AUDIENCE_AZURE, token)
+        } else if let Some(token) = token_of(AUDIENCE_EKS) {
             settings.insert(
                 "AWS_CONTAINER_CREDENTIALS_FULL_URI".into(),
                 EKS_AGENT_URI.into(),
             );
-            return Ok(Some(PodIdentity {
-                audience: AUDIENCE_EKS,
-                token,
-                settings,
-            }));
-        }
-        Err(IdentityError::NoToken)
+            (AUDIENCE_EKS, token)
+        } else {
+            return Err(IdentityError::NoToken);
+        };
+        Ok(Some(PodIdentity {
+            audience,
+            token,
+            settings,
+        }))
     }
 
     /// The variable that names the token file for this audience.

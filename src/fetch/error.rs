@@ -1,5 +1,7 @@
 //! `FetchError`: why a shard's bytes could not be had from the store, naming the shard and
-//! object. The cache turns it into its own error (`CacheError`) with the same message.
+//! object; `ShardFault`: what is wrong with a shard or a request for one, which the cache
+//! reports too. The cache turns a `FetchError` into its own error (`CacheError`) with the
+//! same message.
 
 use crate::mds::MdsError;
 use crate::store::{ChecksumMismatch, StoreError};
@@ -12,13 +14,24 @@ pub enum FetchError {
     /// The store failed (after its retries).
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Downloaded bytes failed their size or hash check (after re-downloads), or do not
-    /// decompress / parse as the shard the index describes.
+    /// The shard's bytes do not check out, or the shard or range asked for does not exist.
+    #[error(transparent)]
+    Shard(#[from] ShardFault),
+}
+
+/// What is wrong with a shard, or with a request for one: its bytes do not check out, or the
+/// shard or range does not exist. `fetch` and `cache` both report it, each inside its own
+/// error (`FetchError::Shard`, `CacheError::Shard`), with the same message.
+#[derive(Debug, Clone, thiserror::Error)]
+#[non_exhaustive]
+pub enum ShardFault {
+    /// Bytes failed their size or hash check (after re-downloads), or do not decompress /
+    /// parse as the shard the index describes.
     #[error("shard {shard} ({file}): {reason}")]
     Corrupt {
         /// Shard number in index.json.
         shard: usize,
-        /// The object (URL) concerned.
+        /// The object (URL) or cached file concerned.
         file: String,
         /// What did not match.
         reason: String,
@@ -45,11 +58,12 @@ pub enum FetchError {
 
 /// A shard whose bytes do not parse or check out.
 pub(super) fn corrupt(shard: usize, file: &str, e: impl std::fmt::Display) -> FetchError {
-    FetchError::Corrupt {
+    ShardFault::Corrupt {
         shard,
         file: file.to_string(),
         reason: e.to_string(),
     }
+    .into()
 }
 
 /// Why one download of a shard was refused: its bytes are not the object the store or the

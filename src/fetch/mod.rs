@@ -23,7 +23,7 @@ mod ranged;
 mod transfer_check;
 mod whole;
 
-pub use error::FetchError;
+pub use error::{FetchError, ShardFault};
 pub use transfer_check::multipart_part_size;
 pub use whole::{PartBuffer, Stager};
 
@@ -115,10 +115,13 @@ impl Fetcher {
     /// The index entry of `shard`.
     pub fn shard(&self, shard: usize) -> Result<&ShardEntry, FetchError> {
         let shards = self.index.shards();
-        shards.get(shard).ok_or(FetchError::NoSuchShard {
-            shard,
-            shards: shards.len(),
-        })
+        shards.get(shard).ok_or(
+            ShardFault::NoSuchShard {
+                shard,
+                shards: shards.len(),
+            }
+            .into(),
+        )
     }
 
     fn raw_key(&self, shard: usize) -> Result<(ObjectKey, &ShardEntry), FetchError> {

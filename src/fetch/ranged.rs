@@ -4,7 +4,7 @@
 //! deciding when the two differ.
 
 use super::error::corrupt;
-use super::{add, FetchError, Fetcher};
+use super::{add, FetchError, Fetcher, ShardFault};
 use crate::mds::{self, ShardEntry, ShardHeader};
 use crate::store::ObjectKey;
 use bytes::Bytes;
@@ -19,19 +19,21 @@ impl Fetcher {
         let (key, entry) = self.raw_key(shard)?;
         let url = self.store.url_of(&key);
         if entry.zip.is_some() {
-            return Err(FetchError::Corrupt {
+            return Err(ShardFault::Corrupt {
                 shard,
                 file: url,
                 reason: "ranged header read of a compressed shard".into(),
-            });
+            }
+            .into());
         }
         let len = mds::header_len(entry.samples);
         if len > entry.raw.bytes {
-            return Err(FetchError::Corrupt {
+            return Err(ShardFault::Corrupt {
                 shard,
                 file: url,
                 reason: format!("index.json says {} samples, which need a {len}-byte header, but the shard has {} bytes", entry.samples, entry.raw.bytes),
-            });
+            }
+            .into());
         }
         let bytes = self.range_by_majority(shard, &key, 0..len, "header")?;
         check_header(shard, &url, entry, &bytes)
@@ -59,10 +61,13 @@ impl Fetcher {
         add(&self.counters.bytes_fetched, c.len() as u64);
         add(&self.counters.ranged_fetches, 1);
         tracing::warn!(shard, file = %url, "two reads of a shard {what} differed; a third decides");
-        majority(a, b, c).ok_or_else(|| FetchError::Corrupt {
-            shard,
-            file: url,
-            reason: format!("three ranged reads of the {what} gave three different answers"),
+        majority(a, b, c).ok_or_else(|| {
+            ShardFault::Corrupt {
+                shard,
+                file: url,
+                reason: format!("three ranged reads of the {what} gave three different answers"),
+            }
+            .into()
         })
     }
 
@@ -72,14 +77,15 @@ impl Fetcher {
     pub fn fetch_range(&self, shard: usize, range: Range<u64>) -> Result<Bytes, FetchError> {
         let (key, entry) = self.raw_key(shard)?;
         if range.end > entry.raw.bytes || range.start > range.end {
-            return Err(FetchError::OutOfRange {
+            return Err(ShardFault::OutOfRange {
                 shard,
                 file: entry.raw.basename.clone(),
                 what: format!(
                     "bytes {}..{} of a {}-byte shard",
                     range.start, range.end, entry.raw.bytes
                 ),
-            });
+            }
+            .into());
         }
         self.range_by_majority(shard, &key, range, "sample")
     }
@@ -89,7 +95,7 @@ impl Fetcher {
     /// whole shard, verified and decompressed (not cached), when compressed or local.
     pub fn fetch_sample(&self, shard: usize, i: u32) -> Result<Bytes, FetchError> {
         let entry = self.shard(shard)?;
-        let out_of_range = || FetchError::OutOfRange {
+        let out_of_range = || ShardFault::OutOfRange {
             shard,
             file: entry.raw.basename.clone(),
             what: format!("sample {i} of {}", entry.samples),
@@ -106,7 +112,7 @@ impl Fetcher {
             let (start, end) = (r.start as usize, r.end as usize);
             // fetch_shard checked that the header's last offset is the shard's length.
             if end > raw.len() || start > end {
-                return Err(out_of_range());
+                return Err(out_of_range().into());
             }
             Ok(raw.slice(start..end))
         }

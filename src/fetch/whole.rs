@@ -7,7 +7,7 @@ use super::error::Rejected;
 use super::etag_digest::{EtagDigest, Streamed};
 use super::ranged::check_header;
 use super::transfer_check::{AskedChecksums, TransferSums};
-use super::{add, FetchError, Fetcher};
+use super::{add, FetchError, Fetcher, ShardFault};
 use crate::mds::{self, FileRef, ShardEntry};
 use crate::store::{self, ObjectKey, StoreError};
 use bytes::Bytes;
@@ -172,7 +172,9 @@ impl Fetcher {
                     .map(|_| raw)
                     .map_err(|e| match e {
                         // The shard and URL are named once, by the error returned below.
-                        FetchError::Corrupt { reason, .. } => Rejected::Header(reason),
+                        FetchError::Shard(ShardFault::Corrupt { reason, .. }) => {
+                            Rejected::Header(reason)
+                        }
                         other => Rejected::Header(other.to_string()),
                     })
             });
@@ -193,11 +195,12 @@ impl Fetcher {
             }
         }
         let last = last.map_or_else(String::new, |r| r.to_string());
-        Err(FetchError::Corrupt {
+        Err(ShardFault::Corrupt {
             shard,
             file: url,
             reason: format!("{last} (after {downloads} downloads)"),
-        })
+        }
+        .into())
     }
 
     /// `key` (`size` bytes) as parallel ranged parts, into a buffer `buffer` makes. A `hashless` shard is checked by its ETag, whose MD5 is computed while the
@@ -224,12 +227,13 @@ impl Fetcher {
                 self.part_size.load(std::sync::atomic::Ordering::Relaxed),
             )
         });
-        let tag = self.store.get_in_parts(
+        let tag = self.store.run(store::get_in_parts(
+            self.store.store().as_ref(),
             key,
             whole.as_mut(),
             self.fetch_part_size,
             &mut HashWhileLanding(digest.as_mut(), checksum_known),
-        )?;
+        ))?;
         let bytes: &[u8] = whole.as_ref();
         // The store's checksum came while the parts landed: it is the check, so the MD5
         // begun before it is dropped unfinished.
@@ -284,7 +288,8 @@ impl Fetcher {
         };
         // The check below runs inside the store's runtime, where no request can be sent.
         asked.settle();
-        let repair = self.store.refetch_differing_parts(
+        let repair = self.store.run(store::refetch_differing_parts(
+            self.store.store().as_ref(),
             key,
             whole.as_mut(),
             self.fetch_part_size,
@@ -297,7 +302,7 @@ impl Fetcher {
                     mds::verify_hashes(check, bytes).is_ok()
                 }
             },
-        )?;
+        ))?;
         add(&self.counters.parts_refetched, u64::from(repair.refetched));
         add(&self.counters.bytes_fetched, repair.bytes);
         if repair.verified {

@@ -259,10 +259,18 @@ fn errno(e: &VfsError) -> Errno {
     Errno::from_i32(e.errno())
 }
 
+/// The FUSE file type of a node of kind `kind`.
+fn file_type(kind: Kind) -> FileType {
+    match kind {
+        Kind::Dir => FileType::Directory,
+        Kind::File => FileType::RegularFile,
+    }
+}
+
 fn file_attr(a: &Attr) -> FileAttr {
-    let (kind, nlink) = match a.kind {
-        Kind::Dir => (FileType::Directory, 2),
-        Kind::File => (FileType::RegularFile, 1),
+    let nlink = match a.kind {
+        Kind::Dir => 2,
+        Kind::File => 1,
     };
     // SAFETY: getuid/getgid have no preconditions and cannot fail.
     let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
@@ -274,7 +282,7 @@ fn file_attr(a: &Attr) -> FileAttr {
         mtime: a.mtime,
         ctime: a.mtime,
         crtime: UNIX_EPOCH,
-        kind,
+        kind: file_type(a.kind),
         perm: a.perm,
         nlink,
         uid,
@@ -384,12 +392,7 @@ impl Filesystem for Adapter {
         mut reply: ReplyDirectory,
     ) {
         let r = self.vfs.readdir(Ino(ino.0), offset, |e| {
-            let kind = if e.kind == Kind::Dir {
-                FileType::Directory
-            } else {
-                FileType::RegularFile
-            };
-            reply.add(INodeNo(e.ino.0), e.next_offset, kind, &e.name)
+            reply.add(INodeNo(e.ino.0), e.next_offset, file_type(e.kind), &e.name)
         });
         match r {
             Ok(()) => reply.ok(),
@@ -412,16 +415,11 @@ impl Filesystem for Adapter {
             let (attr, t) = match known {
                 Some(a) => (file_attr(&a), ttl(&a)),
                 None => {
-                    let kind = if e.kind == Kind::Dir {
-                        Kind::Dir
-                    } else {
-                        Kind::File
-                    };
                     let placeholder = Attr {
                         ino: e.ino,
-                        kind,
+                        kind: e.kind,
                         size: 0,
-                        perm: if kind == Kind::Dir { 0o555 } else { 0o444 },
+                        perm: if e.kind == Kind::Dir { 0o555 } else { 0o444 },
                         mtime: UNIX_EPOCH,
                         immutable: false,
                     };

@@ -429,7 +429,18 @@ mod tests {
             } else {
                 draw(0, n as i64 + 1)
             };
-            let Ok(o) = crate::order::partition::Orig::new(n, c, p, r, w, b, d) else {
+            let params = crate::order::partition::PartitionParams {
+                relaxed: false,
+                num_samples: n,
+                canonical: c,
+                nodes: p,
+                ranks: r,
+                workers: w,
+                batch: b,
+                drop_first: d,
+                initial_nodes: None,
+            };
+            let Ok(o) = crate::order::partition::Orig::of(&params) else {
                 continue;
             };
             let work = Work::Random {

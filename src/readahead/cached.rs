@@ -3,6 +3,7 @@
 
 use super::ShardSource;
 use crate::cache::{Advice, CacheError, ShardCache};
+use crate::fetch::ShardFault;
 use crate::plan::SampleMap;
 use std::sync::Arc;
 
@@ -40,7 +41,7 @@ impl ShardSource for CachedStreams {
     }
 
     fn fetch(&self, shard: u32) -> Result<(), CacheError> {
-        let (cache, local) = self.cache_of(shard).ok_or(CacheError::NoSuchShard {
+        let (cache, local) = self.cache_of(shard).ok_or(ShardFault::NoSuchShard {
             shard: shard as usize,
             shards: self.map.num_shards(),
         })?;

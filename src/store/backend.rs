@@ -49,6 +49,11 @@ fn env_nonempty(name: &str) -> Option<String> {
     std::env::var(name).ok().filter(|v| !v.trim().is_empty())
 }
 
+/// Whether `url` is plain HTTP, which the client then has to be allowed (emulators, proxies).
+fn plain_http(url: &str) -> bool {
+    url.starts_with("http://")
+}
+
 impl ObjectStoreBackend {
     /// Builds the client for `source`. Nothing is fetched yet; configuration problems
     /// (unreadable profile file, bad endpoint URL) are reported here.
@@ -186,13 +191,10 @@ impl ObjectStoreBackend {
                 ]
                 .iter()
                 .any(|v| env_nonempty(v).is_some());
-                let plain_http = endpoint
-                    .as_deref()
-                    .is_some_and(|e| e.starts_with("http://"));
                 let mut b = GoogleCloudStorageBuilder::from_env()
                     .with_bucket_name(bucket)
                     .with_retry(retry)
-                    .with_client_options(client(plain_http))
+                    .with_client_options(client(endpoint.as_deref().is_some_and(plain_http)))
                     .with_http_connector(super::ChecksumConnector)
                     .with_skip_signature(
                         opts.no_sign_request || (endpoint.is_some() && !has_credentials),
@@ -206,27 +208,23 @@ impl ObjectStoreBackend {
                 use object_store::azure::MicrosoftAzureBuilder;
                 // AZURE_STORAGE_USE_EMULATOR=true (+ AZURITE_BLOB_STORAGE_URL) selects Azurite
                 // through object_store's own settings; --endpoint-url names an account URL.
-                let plain_http = opts
-                    .endpoint_url
-                    .as_deref()
-                    .is_some_and(|e| e.starts_with("http://"));
+                let endpoint = opts.endpoint_url.as_deref();
                 let mut b = MicrosoftAzureBuilder::from_env()
                     .with_container_name(container)
                     .with_retry(retry)
-                    .with_client_options(client(plain_http))
+                    .with_client_options(client(endpoint.is_some_and(plain_http)))
                     .with_http_connector(super::ChecksumConnector)
                     .with_skip_signature(opts.no_sign_request);
-                if let Some(e) = &opts.endpoint_url {
+                if let Some(e) = endpoint {
                     b = b.with_endpoint(e.trim_end_matches('/').to_string());
                 }
                 Arc::new(b.build().map_err(|e| cfg_err(e.to_string()))?)
             }
             SourceKind::Http { base } => {
-                let allow_http = base.starts_with("http://");
                 let b = object_store::http::HttpBuilder::new()
                     .with_url(base.clone())
                     .with_retry(retry)
-                    .with_client_options(client(allow_http))
+                    .with_client_options(client(plain_http(base)))
                     .with_http_connector(super::ChecksumConnector);
                 Arc::new(b.build().map_err(|e| cfg_err(e.to_string()))?)
             }

@@ -50,8 +50,11 @@ impl BlockingStore {
     }
 
     /// Runs `fut` to completion on the runtime, carrying the calling thread's demand mark
-    /// (see [`super::demand_scope`]).
-    fn run<F: std::future::Future>(&self, fut: F) -> F::Output {
+    /// (see [`super::demand_scope`]): for the store's functions that have no method here
+    /// ([`super::get_in_parts`], [`super::refetch_differing_parts`]). The future runs on
+    /// this thread (`block_on`), so do the callbacks it makes: a checksum fed by a
+    /// [`super::Landing`] uses the thread that waits for the download anyway.
+    pub fn run<F: std::future::Future>(&self, fut: F) -> F::Output {
         self.runtime.block_on(super::urgency::carry(fut))
     }
 
@@ -93,44 +96,6 @@ impl BlockingStore {
     /// See [`Store::checksums`].
     pub fn checksums(&self, key: &ObjectKey) -> Result<super::StoreChecksums, StoreError> {
         self.run(self.store.checksums(key))
-    }
-
-    /// See [`super::get_in_parts`].
-    pub fn get_in_parts(
-        &self,
-        key: &ObjectKey,
-        whole: &mut [u8],
-        part_size: u64,
-        watch: &mut dyn super::Landing,
-    ) -> Result<super::EtagMd5s, StoreError> {
-        // The future runs on this thread (block_on), so `watch` does too: a checksum fed by
-        // it uses the thread that waits for the download anyway.
-        self.run(super::get_in_parts(
-            self.store.as_ref(),
-            key,
-            whole,
-            part_size,
-            watch,
-        ))
-    }
-
-    /// See [`super::refetch_differing_parts`].
-    pub fn refetch_differing_parts(
-        &self,
-        key: &ObjectKey,
-        whole: &mut [u8],
-        part_size: u64,
-        tag: &super::EtagMd5s,
-        verified: impl FnMut(&[u8]) -> bool,
-    ) -> Result<super::PartRepair, StoreError> {
-        self.run(super::refetch_differing_parts(
-            self.store.as_ref(),
-            key,
-            whole,
-            part_size,
-            tag,
-            verified,
-        ))
     }
 
     /// See [`Store::list`].

@@ -175,16 +175,32 @@ fn detail_suffix(detail: &str) -> String {
     }
 }
 
+/// What to check for the store that `url` is on (by its scheme): the settings that choose
+/// its endpoint, and those that provide its credentials.
+fn hints(url: &str) -> (&'static str, &'static str) {
+    match url.split_once("://").map(|(s, _)| s) {
+        Some("gs") => (
+            "check --endpoint-url / STORAGE_EMULATOR_HOST / GOOGLE_BASE_URL",
+            "check the credentials (GOOGLE_APPLICATION_CREDENTIALS / GOOGLE_SERVICE_ACCOUNT), or --no-sign-request for public data",
+        ),
+        Some("az") | Some("azure") | Some("abfs") | Some("abfss") => (
+            "check --endpoint-url / AZURE_STORAGE_ACCOUNT_NAME, or AZURE_STORAGE_USE_EMULATOR / AZURITE_BLOB_STORAGE_URL for Azurite",
+            "check the credentials (AZURE_STORAGE_ACCOUNT_KEY / AZURE_STORAGE_SAS_KEY / AZURE_STORAGE_ACCOUNT_NAME), or --no-sign-request for public data",
+        ),
+        Some("http") | Some("https") => (
+            "check the URL",
+            "check that the server allows reading this URL",
+        ),
+        _ => (
+            "check --endpoint-url / AWS_ENDPOINT_URL and --region",
+            "check the credentials (AWS_ACCESS_KEY_ID/AWS_PROFILE/...), --region, or --no-sign-request for public data",
+        ),
+    }
+}
+
 /// Which settings choose the endpoint of the store that `url` is on.
 pub fn endpoint_hint(url: &str) -> &'static str {
-    match url.split_once("://").map(|(s, _)| s) {
-        Some("gs") => "check --endpoint-url / STORAGE_EMULATOR_HOST / GOOGLE_BASE_URL",
-        Some("az") | Some("azure") | Some("abfs") | Some("abfss") => {
-            "check --endpoint-url / AZURE_STORAGE_ACCOUNT_NAME, or AZURE_STORAGE_USE_EMULATOR / AZURITE_BLOB_STORAGE_URL for Azurite"
-        }
-        Some("http") | Some("https") => "check the URL",
-        _ => "check --endpoint-url / AWS_ENDPOINT_URL and --region",
-    }
+    hints(url).0
 }
 
 /// What to check when the TLS certificate of the endpoint of `url` is refused.
@@ -197,14 +213,7 @@ pub fn tls_hint(url: &str) -> String {
 
 /// Which settings provide the credentials of the store that `url` is on.
 pub fn credentials_hint(url: &str) -> &'static str {
-    match url.split_once("://").map(|(s, _)| s) {
-        Some("gs") => "check the credentials (GOOGLE_APPLICATION_CREDENTIALS / GOOGLE_SERVICE_ACCOUNT), or --no-sign-request for public data",
-        Some("az") | Some("azure") | Some("abfs") | Some("abfss") => {
-            "check the credentials (AZURE_STORAGE_ACCOUNT_KEY / AZURE_STORAGE_SAS_KEY / AZURE_STORAGE_ACCOUNT_NAME), or --no-sign-request for public data"
-        }
-        Some("http") | Some("https") => "check that the server allows reading this URL",
-        _ => "check the credentials (AWS_ACCESS_KEY_ID/AWS_PROFILE/...), --region, or --no-sign-request for public data",
-    }
+    hints(url).1
 }
 
 impl StoreError {

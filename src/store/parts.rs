@@ -222,8 +222,44 @@ mod tests {
         changes_after: usize,
     }
 
+    impl Gets for Memory {
+        fn get(&self, key: &ObjectKey, opts: GetOptions<'_>) -> Result<Fetched, StoreError> {
+            let n = self.reads.fetch_add(1, Ordering::SeqCst);
+            let version = u8::from(n >= self.changes_after);
+            let r = opts.range.clone().unwrap_or(0..self.data.len() as u64);
+            let mut answer = Fetched::plain(self.data.slice(r.start as usize..r.end as usize));
+            answer.md5 = Some([version; 16]);
+            opts.answer(answer, || format!("mem://{key}"))
+        }
+    }
+
+    fn memory(len: usize, changes_after: usize) -> ServesGets<Memory> {
+        ServesGets(Memory {
+            data: Bytes::from((0..len).map(|i| (i * 7 % 251) as u8).collect::<Vec<u8>>()),
+            reads: AtomicUsize::new(0),
+            changes_after,
+        })
+    }
+
+    /// An in-memory test object that answers GETs only; [`ServesGets`] makes it a [`Store`].
+    pub(super) trait Gets: std::fmt::Debug + Send + Sync + 'static {
+        /// Answers a GET of `key`.
+        fn get(&self, key: &ObjectKey, opts: GetOptions<'_>) -> Result<Fetched, StoreError>;
+    }
+
+    /// A [`Gets`] as a store at `mem://`, its other calls unused.
+    #[derive(Debug)]
+    pub(super) struct ServesGets<G>(pub G);
+
+    impl<G> std::ops::Deref for ServesGets<G> {
+        type Target = G;
+        fn deref(&self) -> &G {
+            &self.0
+        }
+    }
+
     #[async_trait::async_trait]
-    impl Store for Memory {
+    impl<G: Gets> Store for ServesGets<G> {
         fn url_of(&self, key: &ObjectKey) -> String {
             format!("mem://{key}")
         }
@@ -235,24 +271,10 @@ mod tests {
             key: &ObjectKey,
             opts: GetOptions<'_>,
         ) -> Result<Fetched, StoreError> {
-            let n = self.reads.fetch_add(1, Ordering::SeqCst);
-            let version = u8::from(n >= self.changes_after);
-            let r = opts.range.clone().unwrap_or(0..self.data.len() as u64);
-            let mut answer = Fetched::plain(self.data.slice(r.start as usize..r.end as usize));
-            answer.md5 = Some([version; 16]);
-            opts.answer(answer, || self.url_of(key))
+            self.0.get(key, opts)
         }
-
         async fn list(&self, _p: Option<&ObjectKey>) -> Result<Vec<ObjectInfo>, StoreError> {
             unimplemented!("not used")
-        }
-    }
-
-    fn memory(len: usize, changes_after: usize) -> Memory {
-        Memory {
-            data: Bytes::from((0..len).map(|i| (i * 7 % 251) as u8).collect::<Vec<u8>>()),
-            reads: AtomicUsize::new(0),
-            changes_after,
         }
     }
 
@@ -398,10 +420,9 @@ mod tests {
 
 #[cfg(test)]
 mod retry_tests {
+    use super::tests::{Gets, ServesGets};
     use super::*;
-    use crate::store::{
-        Fetched, GetOptions, ObjectInfo, ResilientStore, StoreOptions, TransientKind,
-    };
+    use crate::store::{Fetched, GetOptions, ResilientStore, StoreOptions, TransientKind};
     use bytes::Bytes;
     use std::collections::HashMap;
     use std::sync::{Arc, Mutex};
@@ -415,19 +436,8 @@ mod retry_tests {
         attempts: Mutex<HashMap<u64, Vec<usize>>>,
     }
 
-    #[async_trait::async_trait]
-    impl Store for FailsFirst {
-        fn url_of(&self, key: &ObjectKey) -> String {
-            format!("mem://{key}")
-        }
-        async fn head(&self, _key: &ObjectKey) -> Result<ObjectInfo, StoreError> {
-            unimplemented!("not used")
-        }
-        async fn get_opts(
-            &self,
-            key: &ObjectKey,
-            opts: GetOptions<'_>,
-        ) -> Result<Fetched, StoreError> {
+    impl Gets for FailsFirst {
+        fn get(&self, key: &ObjectKey, opts: GetOptions<'_>) -> Result<Fetched, StoreError> {
             let (Some(r), Some(dest)) = (opts.range, opts.into) else {
                 unimplemented!("only parts are asked for")
             };
@@ -441,7 +451,7 @@ mod retry_tests {
                 if first {
                     dest.fill(0xff);
                     return Err(StoreError::Transient {
-                        url: self.url_of(key),
+                        url: format!("mem://{key}"),
                         kind: TransientKind::Connection,
                         detail: "reset mid-body".into(),
                     });
@@ -450,18 +460,15 @@ mod retry_tests {
                 Ok(Fetched::plain(Bytes::new()))
             }
         }
-        async fn list(&self, _p: Option<&ObjectKey>) -> Result<Vec<ObjectInfo>, StoreError> {
-            unimplemented!("not used")
-        }
     }
 
     #[tokio::test]
     async fn a_retried_part_fills_its_own_place_again() {
         let data = Bytes::from((0..1000u32).map(|i| (i % 251) as u8).collect::<Vec<u8>>());
-        let inner = Arc::new(FailsFirst {
+        let inner = Arc::new(ServesGets(FailsFirst {
             data: data.clone(),
             attempts: Mutex::new(HashMap::new()),
-        });
+        }));
         let opts = StoreOptions {
             initial_backoff: Duration::from_millis(1),
             max_backoff: Duration::from_millis(2),

@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::source::{ColumnFile, Location, SampleSource, ShardError, SourceError};
+use super::source::{ColumnFile, ColumnRead, Location, SampleSource, ShardError, SourceError};
 use crate::cache::{CacheError, ShardCache};
 use crate::mds;
 use crate::plan::SampleMap;
@@ -250,28 +250,16 @@ impl SampleSource for MdsDataset {
         self.with_column(at, column, for_size, |enc, raw| mds::rendered_len(enc, raw))
     }
 
-    fn read(
-        &self,
-        at: &Location,
-        column: u32,
-        offset: u64,
-        size: u32,
-    ) -> Result<Bytes, SourceError> {
-        self.with_column(at, column, false, |enc, raw| {
-            mds::render_range(enc, raw, offset, size as usize)
+    fn read(&self, r: ColumnRead) -> Result<Bytes, SourceError> {
+        self.with_column(&r.at, r.column, false, |enc, raw| {
+            mds::render_range(enc, raw, r.offset, r.size as usize)
         })
     }
 
-    fn read_with_size(
-        &self,
-        at: &Location,
-        column: u32,
-        offset: u64,
-        size: u32,
-    ) -> Result<(Bytes, u64), SourceError> {
-        self.with_column(at, column, false, |enc, raw| {
+    fn read_with_size(&self, r: ColumnRead) -> Result<(Bytes, u64), SourceError> {
+        self.with_column(&r.at, r.column, false, |enc, raw| {
             Ok((
-                mds::render_range(enc, raw, offset, size as usize)?,
+                mds::render_range(enc, raw, r.offset, r.size as usize)?,
                 mds::rendered_len(enc, raw)?,
             ))
         })

@@ -121,13 +121,11 @@ fn cache_errno(e: &CacheError, op: FailedOp) -> i32 {
         }
         // Damaged bytes (after re-downloads), aborted fills, a budget set too small, a
         // shard the index does not have: the bytes cannot be had, as a disk would say it.
-        CacheError::Corrupt { .. }
+        CacheError::Shard(_)
         | CacheError::Io { .. }
         | CacheError::Index { .. }
         | CacheError::BudgetTooSmall { .. }
         | CacheError::FillAborted { .. }
-        | CacheError::NoSuchShard { .. }
-        | CacheError::OutOfRange { .. }
         | CacheError::Config(_) => libc::EIO,
     }
 }

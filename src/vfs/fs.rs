@@ -11,7 +11,7 @@ use super::error::{FailedOp, VfsError};
 use super::inode::{ColumnNo, Epoch, Fixed, Ino, LocalRank, Node, Position, SampleId, MAX_EPOCHS};
 use super::names::{file_name, parse_epoch_dir, parse_file_name, parse_rank_dir, width_for};
 use super::recent::{KnownSizes, Named, RecentNames, SizeState};
-use super::source::{Location, SampleSource, SourceError};
+use super::source::{ColumnRead, Location, SampleSource, SourceError};
 use super::status::ErrorLog;
 use crate::plan::{OrderCache, RankOrder};
 use crate::readahead::Readahead;
@@ -565,7 +565,13 @@ impl Vfs {
                 let at = self.locate(s.0)?;
                 let data = match state {
                     None | Some(SizeState::Verified(_)) => {
-                        self.read_sample(&at, |src| src.read(&at, c.0, offset, size))?
+                        let r = ColumnRead {
+                            at,
+                            column: c.0,
+                            offset,
+                            size,
+                        };
+                        self.read_sample(&at, |src| src.read(r))?
                     }
                     Some(SizeState::Unverified(given)) => {
                         self.read_checking_size(ino, &at, c, offset, size, given)?
@@ -622,8 +628,13 @@ impl Vfs {
         given: u64,
     ) -> Result<Bytes, VfsError> {
         let sample = at.sample;
-        let (data, actual) =
-            self.read_sample(at, |src| src.read_with_size(at, col.0, offset, size))?;
+        let r = ColumnRead {
+            at: *at,
+            column: col.0,
+            offset,
+            size,
+        };
+        let (data, actual) = self.read_sample(at, |src| src.read_with_size(r))?;
         if actual == given {
             self.sizes.record(sample, col, actual);
             return Ok(data);

@@ -25,7 +25,7 @@ pub use dataset::{CachedShards, MdsDataset, ShardStore};
 pub use error::VfsError;
 pub use fs::{Attr, DirEntry, Kind, Vfs, VfsConfig};
 pub use inode::Ino;
-pub use source::{ColumnFile, Location, SampleSource, SourceError};
+pub use source::{ColumnFile, ColumnRead, Location, SampleSource, SourceError};
 
 #[cfg(test)]
 mod tests;

@@ -27,6 +27,20 @@ impl ColumnFile {
     }
 }
 
+/// A read of one sample file: up to `size` bytes from `offset` of column `column` of the
+/// sample at `at`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ColumnRead {
+    /// Where the sample lives.
+    pub at: Location,
+    /// The column (its file).
+    pub column: u32,
+    /// The first byte asked for.
+    pub offset: u64,
+    /// How many bytes at most.
+    pub size: u32,
+}
+
 /// Why a sample's bytes could not be served.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -95,26 +109,14 @@ pub trait SampleSource: Send + Sync {
     fn columns(&self, sample: u64) -> Option<&[ColumnFile]>;
     /// Exact size of the column file (may fetch the shard or its header).
     fn file_size(&self, at: &Location, column: u32) -> Result<u64, SourceError>;
-    /// Up to `size` bytes of the column file from `offset` (a view of the cached sample's
-    /// bytes where the file is stored as is: no copy).
-    fn read(
-        &self,
-        at: &Location,
-        column: u32,
-        offset: u64,
-        size: u32,
-    ) -> Result<Bytes, SourceError>;
+    /// The bytes `r` asks for (a view of the cached sample's bytes where the file is stored
+    /// as is: no copy).
+    fn read(&self, r: ColumnRead) -> Result<Bytes, SourceError>;
     /// [`SampleSource::read`] and the file's whole size, both from the same verified bytes
     /// (to check a size handed out earlier from bytes no hash covers).
-    fn read_with_size(
-        &self,
-        at: &Location,
-        column: u32,
-        offset: u64,
-        size: u32,
-    ) -> Result<(Bytes, u64), SourceError> {
-        let data = self.read(at, column, offset, size)?;
-        Ok((data, self.file_size(at, column)?))
+    fn read_with_size(&self, r: ColumnRead) -> Result<(Bytes, u64), SourceError> {
+        let data = self.read(r)?;
+        Ok((data, self.file_size(&r.at, r.column)?))
     }
     /// Whether the sample's shard is on local disk now (verified).
     fn is_resident(&self, at: &Location) -> bool;

@@ -2,6 +2,7 @@
 
 use super::*;
 use crate::cache::CacheError;
+use crate::fetch::ShardFault;
 use crate::order::OrderError;
 use crate::plan::{Location, NextUse, OrderCache, OrderSource, MIN_KEEP_EPOCHS};
 use crate::readahead::{Readahead, ReadaheadOptions, ShardSource};
@@ -75,38 +76,39 @@ impl SampleSource for Memory {
         } else {
             0
         };
-        self.read(at, column, 0, u32::MAX)
-            .map(|b| b.len() as u64 + lie)
+        let whole = ColumnRead {
+            at: *at,
+            column,
+            offset: 0,
+            size: u32::MAX,
+        };
+        self.read(whole).map(|b| b.len() as u64 + lie)
     }
-    fn read_with_size(
-        &self,
-        at: &Location,
-        column: u32,
-        offset: u64,
-        size: u32,
-    ) -> Result<(bytes::Bytes, u64), SourceError> {
+    fn read_with_size(&self, r: ColumnRead) -> Result<(bytes::Bytes, u64), SourceError> {
         // The verified bytes: their own length, whatever a size look-up said before.
-        let whole = Self::bytes(at.sample, column).len() as u64;
-        Ok((self.read(at, column, offset, size)?, whole))
+        let whole = Self::bytes(r.at.sample, r.column).len() as u64;
+        Ok((self.read(r)?, whole))
     }
-    fn read(
-        &self,
-        at: &Location,
-        column: u32,
-        offset: u64,
-        size: u32,
-    ) -> Result<bytes::Bytes, SourceError> {
+    fn read(&self, r: ColumnRead) -> Result<bytes::Bytes, SourceError> {
+        let ColumnRead {
+            at,
+            column,
+            offset,
+            size,
+        } = r;
         let sample = at.sample;
         if Some(self.shard_of(sample).ok_or(SourceError::Missing)?) == self.broken_shard {
             let failure = self.failure.lock().unwrap().clone();
             return Err(SourceError::Shard {
                 store: "file:///data".into(),
                 shard: "shard.00001.mds".into(),
-                source: Box::new(ShardError::Cache(failure.unwrap_or(CacheError::Corrupt {
-                    shard: 1,
-                    file: "file:///data/shard.00001.mds".into(),
-                    reason: "hash mismatch".into(),
-                }))),
+                source: Box::new(ShardError::Cache(failure.unwrap_or(CacheError::Shard(
+                    ShardFault::Corrupt {
+                        shard: 1,
+                        file: "file:///data/shard.00001.mds".into(),
+                        reason: "hash mismatch".into(),
+                    },
+                )))),
             });
         }
         let b = Self::bytes(sample, column);
@@ -297,23 +299,15 @@ fn files_have_exact_sizes_and_partial_reads() {
     assert_eq!(f.size, 4);
     assert_eq!(&v.read(f.ino, 1, 2).unwrap()[..], b"53");
     assert_eq!(&v.read(f.ino, 10, 2).unwrap()[..], b"");
-    // sample 36 has one column only
-    assert_eq!(
-        path(&v, "samples/00000036.b.c.txt").unwrap_err().errno(),
-        libc::ENOENT
-    );
-    assert_eq!(
-        path(&v, "samples/00000040.a.bin").unwrap_err().errno(),
-        libc::ENOENT
-    );
-    assert_eq!(
-        path(&v, "samples/0000035.b.c.txt").unwrap_err().errno(),
-        libc::ENOENT
-    );
-    assert_eq!(
-        path(&v, "samples/00000035.a.bin/x").unwrap_err().errno(),
-        libc::ENOTDIR
-    );
+    for (missing, errno) in [
+        // sample 36 has one column only
+        ("samples/00000036.b.c.txt", libc::ENOENT),
+        ("samples/00000040.a.bin", libc::ENOENT),
+        ("samples/0000035.b.c.txt", libc::ENOENT),
+        ("samples/00000035.a.bin/x", libc::ENOTDIR),
+    ] {
+        assert_eq!(path(&v, missing).unwrap_err().errno(), errno, "{missing}");
+    }
     let dir = path(&v, "samples").unwrap();
     assert_eq!(v.read(dir.ino, 0, 10).unwrap_err().errno(), libc::EISDIR);
     let n = list(&v, dir.ino, 5).len() - 2;
@@ -391,11 +385,11 @@ fn each_kind_of_shard_failure_reaches_the_reader_as_its_errno() {
             libc::EIO,
         ),
         (
-            CacheError::Corrupt {
+            CacheError::Shard(ShardFault::Corrupt {
                 shard: 1,
                 file: url(),
                 reason: "hash mismatch".into(),
-            },
+            }),
             libc::EIO,
             libc::EIO,
         ),

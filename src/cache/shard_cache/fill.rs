@@ -13,6 +13,7 @@ use crate::cache::layout::Durability;
 use crate::cache::memory::Provenance;
 use crate::cache::stats::Counters;
 use crate::cache::CacheError;
+use crate::fetch::ShardFault;
 use crate::mds::ShardHeader;
 use bytes::Bytes;
 use std::fs::File;
@@ -69,7 +70,7 @@ impl ShardCache {
             let mut st = self.lock();
             st.clock += 1;
             let now = st.clock;
-            let slot = st.slots.get_mut(shard).ok_or(CacheError::NoSuchShard {
+            let slot = st.slots.get_mut(shard).ok_or(ShardFault::NoSuchShard {
                 shard,
                 shards: self.keys.len(),
             })?;

@@ -4,6 +4,7 @@ use super::ShardCache;
 use crate::cache::memory::Provenance;
 use crate::cache::stats::Counters;
 use crate::cache::CacheError;
+use crate::fetch::ShardFault;
 use crate::mds::ShardHeader;
 use bytes::Bytes;
 use std::fs::File;
@@ -79,21 +80,22 @@ impl ShardHandle {
                 .unwrap_or_default()
         };
         let count = self.read_at(0, 4.min(self.len as usize))?;
-        let n = ShardHeader::sample_count(&count).map_err(|e| CacheError::Corrupt {
+        let n = ShardHeader::sample_count(&count).map_err(|e| ShardFault::Corrupt {
             shard: self.shard,
             file: path(),
             reason: e.to_string(),
         })?;
         let len = crate::mds::header_len(n);
         if len > self.len {
-            return Err(CacheError::Corrupt {
+            return Err(ShardFault::Corrupt {
                 shard: self.shard,
                 file: path(),
                 reason: format!("header of {n} samples is longer than the file"),
-            });
+            }
+            .into());
         }
         let bytes = self.read_at(0, len as usize)?;
-        let h = Arc::new(ShardHeader::parse(&bytes).map_err(|e| CacheError::Corrupt {
+        let h = Arc::new(ShardHeader::parse(&bytes).map_err(|e| ShardFault::Corrupt {
             shard: self.shard,
             file: path(),
             reason: e.to_string(),

@@ -33,6 +33,7 @@ use super::policy::EvictionPolicy;
 use super::preloader::Preloader;
 use super::stats::Counters;
 use super::{CacheError, CacheOptions};
+use crate::fetch::ShardFault;
 use crate::store::ObjectKey;
 use flight::Flight;
 use std::collections::HashMap;
@@ -127,10 +128,13 @@ impl ShardCache {
     }
 
     fn key(&self, shard: usize) -> Result<&ObjectKey, CacheError> {
-        self.keys.get(shard).ok_or(CacheError::NoSuchShard {
-            shard,
-            shards: self.keys.len(),
-        })
+        self.keys.get(shard).ok_or(
+            ShardFault::NoSuchShard {
+                shard,
+                shards: self.keys.len(),
+            }
+            .into(),
+        )
     }
 
     /// Whether `shard` is complete on disk right now.

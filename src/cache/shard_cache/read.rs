@@ -8,6 +8,7 @@ use crate::cache::io;
 use crate::cache::memory::Provenance;
 use crate::cache::stats::Counters;
 use crate::cache::CacheError;
+use crate::fetch::ShardFault;
 use crate::mds::ShardHeader;
 use bytes::Bytes;
 use std::fs::File;
@@ -32,14 +33,17 @@ impl ShardCache {
         match self.get_checked(shard)? {
             Some(h) => Ok(h),
             // The cached file failed its checksum and is gone: fetch it again, once.
-            None => self.get_checked(shard)?.ok_or_else(|| CacheError::Corrupt {
-                shard,
-                file: self
-                    .shard_path(shard)
-                    .unwrap_or_default()
-                    .display()
-                    .to_string(),
-                reason: "a freshly cached copy failed its checksum too (failing disk?)".into(),
+            None => self.get_checked(shard)?.ok_or_else(|| {
+                ShardFault::Corrupt {
+                    shard,
+                    file: self
+                        .shard_path(shard)
+                        .unwrap_or_default()
+                        .display()
+                        .to_string(),
+                    reason: "a freshly cached copy failed its checksum too (failing disk?)".into(),
+                }
+                .into()
             }),
         }
     }
@@ -211,7 +215,7 @@ impl ShardCache {
     }
 
     pub(super) fn out_of_range(&self, shard: usize, what: String) -> CacheError {
-        CacheError::OutOfRange {
+        ShardFault::OutOfRange {
             shard,
             file: self
                 .keys
@@ -220,6 +224,7 @@ impl ShardCache {
                 .unwrap_or_default(),
             what,
         }
+        .into()
     }
 
     /// Sample `i` of `shard` from the verified bytes of a fill in progress (started by the
@@ -264,10 +269,11 @@ impl ShardCache {
 
     /// A verified shard whose header does not parse.
     pub(super) fn corrupt(&self, shard: usize, e: impl std::fmt::Display) -> CacheError {
-        CacheError::Corrupt {
+        ShardFault::Corrupt {
             shard,
             file: self.key(shard).map(|k| k.to_string()).unwrap_or_default(),
             reason: e.to_string(),
         }
+        .into()
     }
 }

@@ -35,29 +35,12 @@ pub struct Orig {
 }
 
 impl Orig {
-    /// The `orig` partition of `p` (its algorithm and `initial_nodes` aside).
-    pub fn of(p: &PartitionParams) -> Result<Self, OrderError> {
-        Orig::new(
-            p.num_samples,
-            p.canonical,
-            p.nodes,
-            p.ranks,
-            p.workers,
-            p.batch,
-            p.drop_first,
-        )
-    }
-
-    /// upstream `get_partitions_orig(num_samples, C, P, R, W, B, drop_first)`.
-    pub fn new(
-        n: u64,
-        c: u64,
-        p: u64,
-        r: u64,
-        w: u64,
-        b: u64,
-        drop: u64,
-    ) -> Result<Self, OrderError> {
+    /// upstream `get_partitions_orig(num_samples, C, P, R, W, B, drop_first)` of `params`
+    /// (its algorithm and `initial_nodes` aside).
+    pub fn of(params: &PartitionParams) -> Result<Self, OrderError> {
+        let (n, c, p) = (params.num_samples, params.canonical, params.nodes);
+        let (r, w, b) = (params.ranks, params.workers, params.batch);
+        let drop = params.drop_first;
         for (v, what) in [
             (c, "num_canonical_nodes"),
             (p, "nodes"),

@@ -43,15 +43,12 @@ impl Relaxed {
                 initial_devices,
             });
         }
-        let base = Orig::new(
-            p.num_samples,
-            p.canonical,
-            initial,
-            p.ranks,
-            p.workers,
-            global_batch / initial_devices,
-            p.drop_first,
-        )?;
+        // The first run's partition, on its nodes with their share of the global batch.
+        let base = Orig::of(&PartitionParams {
+            nodes: initial,
+            batch: global_batch / initial_devices,
+            ..p
+        })?;
         let base_shape = base.shape();
         let shape = Shape {
             nodes: p.nodes,
