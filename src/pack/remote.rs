@@ -7,8 +7,8 @@
 //!   ImageFolder's classes are the first `/`-separated part of the keys. A URL under which
 //!   nothing is listed is taken as one object (`s3://bucket/data.jsonl`).
 //! - JSON Lines and tar objects are streamed by [`ObjectReader`]: consecutive ranged GETs of
-//!   [`CHUNK`] bytes, [`AHEAD`] of them in flight, so one object is read over several
-//!   connections at once and never held whole.
+//!   [`CHUNK`] bytes, up to [`AHEAD`] of them asked for ahead of the reader, so one object is
+//!   read over several connections at once and never held whole.
 //! - Parquet objects are read by ranges as the Parquet reader asks for them ([`RangedObject`]:
 //!   the footer, then each page).
 //! - ImageFolder images are whole-object GETs, [`AHEAD_OBJECTS`] in flight ([`ObjectQueue`]).
@@ -24,8 +24,9 @@ use tokio::task::JoinHandle;
 
 /// Bytes of one ranged GET of a streamed object.
 pub const CHUNK: u64 = 8 << 20;
-/// Ranged GETs of one streamed object in flight at once.
-pub const AHEAD: usize = 6;
+/// Chunks of one streamed object asked for and not yet read: in flight or waiting, so the
+/// network keeps going while the reader is busy with a shard (at most 96 MiB per reader).
+pub const AHEAD: usize = 12;
 /// Whole-object GETs (ImageFolder images) in flight at once.
 pub const AHEAD_OBJECTS: usize = 32;
 
