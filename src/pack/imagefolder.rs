@@ -140,7 +140,7 @@ pub fn list_remote(tree: &RemoteTree) -> Result<Vec<Image>> {
     if classes.is_empty() {
         return Err(PackError::Options(format!(
             "{}: no class folder (ImageFolder input is INPUT/<class>/<image>)",
-            tree.url("").trim_end_matches('/')
+            tree.url("")
         )));
     }
     found.sort();

@@ -34,6 +34,8 @@ pub const AHEAD_OBJECTS: usize = 32;
 #[derive(Debug)]
 pub struct RemoteTree {
     store: BlockingStore,
+    /// The URL of the root, for messages.
+    base: String,
     /// Every object under the root: (key relative to it, size), sorted by key.
     objects: Vec<(String, u64)>,
 }
@@ -71,6 +73,10 @@ impl RemoteTree {
     }
 
     fn list(url: &str, opts: &StoreOptions) -> Result<RemoteTree> {
+        let base = crate::store::Source::parse(url)
+            .map_err(store_err)?
+            .canonical()
+            .to_string();
         let store = crate::store::open(url, opts).map_err(store_err)?;
         let threads = std::thread::available_parallelism().map_or(2, |n| n.get().min(4));
         let store = BlockingStore::new(store, threads).map_err(store_err)?;
@@ -81,7 +87,11 @@ impl RemoteTree {
             .map(|o| (o.key.as_str().to_string(), o.size))
             .collect();
         objects.sort();
-        Ok(RemoteTree { store, objects })
+        Ok(RemoteTree {
+            store,
+            base,
+            objects,
+        })
     }
 
     /// Every object: (key relative to the root, size), sorted by key.
@@ -89,11 +99,13 @@ impl RemoteTree {
         &self.objects
     }
 
-    /// The URL of `key`, for messages.
+    /// The URL of `key` (of the root for `""`), for messages.
     pub fn url(&self, key: &str) -> String {
         match ObjectKey::new(key) {
             Ok(k) => self.store.url_of(&k),
-            Err(_) => key.to_string(),
+            Err(_) => format!("{}/{key}", self.base)
+                .trim_end_matches('/')
+                .to_string(),
         }
     }
 
@@ -109,7 +121,7 @@ impl RemoteTree {
         if out.is_empty() {
             return Err(PackError::Options(format!(
                 "{}: no input object of this format",
-                self.url("").trim_end_matches('/')
+                self.base
             )));
         }
         Ok(out)

@@ -56,7 +56,7 @@ impl Input {
     pub fn display(&self) -> String {
         match self {
             Input::Local(p) => p.display().to_string(),
-            Input::Remote(t) => t.url("").trim_end_matches('/').to_string(),
+            Input::Remote(t) => t.url(""),
         }
     }
 

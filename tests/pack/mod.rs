@@ -497,4 +497,12 @@ fn packs_each_format_from_s3_through_moto() {
         "{err}"
     );
     assert!(!none.exists());
+    let err = failed(&pack_from_moto(
+        &moto.endpoint,
+        &["s3://pack39in/in/jsonl", s(&none), "--format", "parquet"],
+    ));
+    assert!(
+        err.contains("s3://pack39in/in/jsonl: no input object of this format"),
+        "{err}"
+    );
 }
