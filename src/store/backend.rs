@@ -503,7 +503,7 @@ impl Store for ObjectStoreBackend {
         Ok(ObjectInfo {
             key: key.clone(),
             size: meta.size,
-            e_tag: meta.e_tag,
+            e_tag: super::checksums::etag(meta.e_tag),
         })
     }
 
@@ -574,7 +574,7 @@ impl Store for ObjectStoreBackend {
                 Some(ObjectInfo {
                     key,
                     size: m.size,
-                    e_tag: m.e_tag,
+                    e_tag: super::checksums::etag(m.e_tag),
                 })
             })
             .collect())
