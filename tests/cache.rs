@@ -1695,6 +1695,44 @@ fn with_the_checksum_s3_keeps_a_foreign_etag_costs_one_download_not_two() {
     }
 }
 
+/// Issue 38: a public bucket read without credentials (`--no-sign-request`) is asked for the
+/// checksum S3 keeps too, with an unsigned checksum-mode HEAD, and the cache's status counts
+/// the questions and the answers.
+#[test]
+fn an_unsigned_reader_asks_for_the_checksum_s3_keeps_and_counts_it() {
+    use crate::common::FakeS3Options;
+    use shardfs_testkit::s3::{EtagMode, FakeS3};
+    for answered in [true, false] {
+        let server = FakeS3::start_with(EtagMode::Encrypted);
+        server.answer_checksum_mode(answered);
+        server.allow_unsigned_reads(true);
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = hashless_copy("basic", tmp.path());
+        server.put_dir("bkt", "basic", &ds);
+        let unsigned = StoreOptions {
+            no_sign_request: true,
+            credentials: None,
+            ..server.options()
+        };
+        let source = store::Source::parse("s3://bkt/basic").unwrap();
+        let dataset = Arc::new(Dataset::load(source.canonical(), &unsigned).unwrap());
+        let cache = ShardCache::open(dataset, opts(&tmp.path().join("cache"))).unwrap();
+        check_every_sample(&cache, &ds);
+        let seen = server.seen("basic/shard.00000.mds");
+        // Answered, the CRC checks the first download; else its foreign ETag fails it once.
+        let gets = if answered { 1 } else { 2 };
+        assert_eq!((seen.gets, seen.heads), (gets, 1), "answered: {answered}");
+        let st = cache.stats();
+        assert!(st.store_checksum_questions >= 1, "answered: {answered}");
+        let answers = if answered {
+            st.store_checksum_questions
+        } else {
+            0
+        };
+        assert_eq!(st.store_checksum_answers, answers, "answered: {answered}");
+    }
+}
+
 /// Issue 36: the cheapest sound check first. Where S3 keeps a checksum of the object (a
 /// CRC64NVME for every upload since December 2024), it is asked beside the first download and
 /// checks the bytes, even where the ETag is a plain MD5; an ETag-only store is checked by the

@@ -15,7 +15,7 @@
 //! there is no separate journal to get out of step. Basenames may contain folders
 //! ("3/shard.00000.mds"); they are validated as [`ObjectKey`]s and so cannot escape.
 
-use super::io::{direct, DirectPath};
+use super::io::{direct, uring_direct::PieceWriter, DirectPath};
 use super::CacheError;
 use crate::store::ObjectKey;
 use std::fs::{self, File, OpenOptions};
@@ -40,6 +40,60 @@ impl Drop for Staged {
         if !self.path.as_os_str().is_empty() {
             let _ = fs::remove_file(&self.path);
         }
+    }
+}
+
+/// Creates `path` (mode 0600; it must not exist) for writing through the page cache.
+fn create_new(path: &Path) -> Result<File, CacheError> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(path)
+        .map_err(|e| CacheError::io("create", path, e))
+}
+
+/// A staged file written piece by piece ([`Layout::stage_in_pieces`]); removed when dropped
+/// unfinished.
+pub(crate) struct StagedPieces {
+    staged: Staged,
+    out: PieceOut,
+}
+
+enum PieceOut {
+    /// Past the page cache.
+    Direct(Box<PieceWriter>),
+    /// Through it (a file system without direct I/O, or a cache that does not want it).
+    Buffered(File),
+}
+
+impl crate::fetch::PartSink for StagedPieces {
+    fn write_at(&mut self, at: u64, bytes: &[u8]) -> std::io::Result<()> {
+        StagedPieces::write_at(self, at, bytes)
+    }
+}
+
+impl StagedPieces {
+    /// Writes `bytes`, the file's bytes from `at`. With direct I/O, `at` and the bytes'
+    /// address must lie on block boundaries, and their length too unless they end the file.
+    pub fn write_at(&mut self, at: u64, bytes: &[u8]) -> std::io::Result<()> {
+        match &mut self.out {
+            PieceOut::Direct(w) => w.write_at(at, bytes),
+            PieceOut::Buffered(f) => {
+                use std::os::unix::fs::FileExt;
+                f.write_all_at(bytes, at)
+            }
+        }
+    }
+
+    /// Every piece written: the staged file, synced if its durability asks, to commit.
+    pub fn finish(self) -> Result<Staged, CacheError> {
+        if let (Durability::Synced, PieceOut::Buffered(f)) = (self.staged.sync, &self.out) {
+            f.sync_all()
+                .map_err(|e| CacheError::io("fsync", &self.staged.path, e))?;
+        }
+        Ok(self.staged)
     }
 }
 
@@ -186,19 +240,57 @@ impl Layout {
         self.commit(staged, dest)
     }
 
-    /// The first half of [`Layout::write_atomically`]: `data` written to a new file under
-    /// `tmp/` (named after `tag`), to be renamed into place by [`Layout::commit`] once its
-    /// bytes are known good, or removed (when the [`Staged`] is dropped).
-    pub fn stage(&self, data: &[u8], tag: &str, sync: Durability) -> Result<Staged, CacheError> {
+    /// A new name under `tmp/` for a file named after `tag`, removed when dropped.
+    fn new_staged(&self, tag: &str, sync: Durability) -> Staged {
         static SEQ: AtomicU64 = AtomicU64::new(0);
-        let staged = Staged {
+        Staged {
             path: self.tmp.join(format!(
                 "{tag}.{}.{}.part",
                 std::process::id(),
                 SEQ.fetch_add(1, Ordering::Relaxed)
             )),
             sync,
-        };
+        }
+    }
+
+    /// [`Layout::stage`] for a file of `len` bytes that arrives in pieces (the parts of a
+    /// download, in any order): written as they come by [`StagedPieces::write_at`], then
+    /// [`StagedPieces::finish`]ed and committed as a staged file is.
+    pub fn stage_in_pieces(
+        &self,
+        len: u64,
+        tag: &str,
+        sync: Durability,
+    ) -> Result<StagedPieces, CacheError> {
+        let staged = self.new_staged(tag, sync);
+        let tmp = &staged.path;
+        if let Durability::Direct(path) = sync {
+            match path.piece_writer(tmp, len) {
+                Ok(w) => {
+                    return Ok(StagedPieces {
+                        staged,
+                        out: PieceOut::Direct(Box::new(w)),
+                    })
+                }
+                // EINVAL: this file system takes no direct I/O; write it the usual way.
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                    let _ = fs::remove_file(tmp);
+                }
+                Err(e) => return Err(CacheError::io("create", tmp, e)),
+            }
+        }
+        let file = create_new(tmp)?;
+        Ok(StagedPieces {
+            staged,
+            out: PieceOut::Buffered(file),
+        })
+    }
+
+    /// The first half of [`Layout::write_atomically`]: `data` written to a new file under
+    /// `tmp/` (named after `tag`), to be renamed into place by [`Layout::commit`] once its
+    /// bytes are known good, or removed (when the [`Staged`] is dropped).
+    pub fn stage(&self, data: &[u8], tag: &str, sync: Durability) -> Result<Staged, CacheError> {
+        let staged = self.new_staged(tag, sync);
         let tmp = &staged.path;
         if let (Durability::Direct(path), true) = (sync, direct::is_aligned(data)) {
             match path.write_new(tmp, data) {
@@ -211,15 +303,7 @@ impl Layout {
                 Err(e) => return Err(CacheError::io("write", tmp, e)),
             }
         }
-        let mut f = {
-            use std::os::unix::fs::OpenOptionsExt;
-            OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .mode(0o600)
-                .open(tmp)
-                .map_err(|e| CacheError::io("create", tmp, e))?
-        };
+        let mut f = create_new(tmp)?;
         f.write_all(data)
             .map_err(|e| CacheError::io("write", tmp, e))?;
         if sync == Durability::Synced {

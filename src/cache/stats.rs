@@ -33,6 +33,12 @@ pub struct CacheStats {
     pub repaired_downloads: u64,
     /// Parts fetched again to repair downloads that failed verification.
     pub parts_refetched: u64,
+    /// Times the store was asked for its own checksum of a shard (S3 checksum mode: a HEAD
+    /// beside the first download of a shard index.json lists no hash for).
+    pub store_checksum_questions: u64,
+    /// Those answered with a checksum, which then checked the shard instead of the ETag's
+    /// MD5.
+    pub store_checksum_answers: u64,
     /// Verified shards that could not be written to the cache disk (full or failing).
     pub disk_write_failures: u64,
     /// Samples of cached shards the kernel was asked to read ahead into the page cache

@@ -72,6 +72,8 @@ const FAMILIES: &[(MetricType, &str, Of, &str)] = &[
     (Counter, "shardfs_store_shard_fetches", Of::Stream(|c| c.shards_fetched), "Whole shards downloaded, verified and cached."),
     (Counter, "shardfs_store_repaired_downloads", Of::Stream(|c| c.repaired_downloads), "Downloads in parts that failed verification and were made whole by fetching only their parts again."),
     (Counter, "shardfs_store_parts_refetched", Of::Stream(|c| c.parts_refetched), "Parts fetched again to repair downloads that failed verification."),
+    (Counter, "shardfs_store_checksum_questions", Of::Stream(|c| c.store_checksum_questions), "Times the store was asked for its own checksum of a shard (S3 checksum mode)."),
+    (Counter, "shardfs_store_checksum_answers", Of::Stream(|c| c.store_checksum_answers), "Checksum-mode questions answered with a checksum (the shard then checked without an MD5)."),
     (Counter, "shardfs_store_ranged_fetches", Of::Stream(|c| c.ranged_fetches), "Ranged requests for headers or samples of shards not on disk (stat before read)."),
     (Counter, "shardfs_cache_hits", Of::Tiers(|c| c.memory_hits, |c| c.disk_hits), "Look-ups served by the memory tier (samples, headers) or finding the shard on the disk tier."),
     (Counter, "shardfs_cache_misses", Of::Tiers(|c| c.memory_misses, |c| c.disk_misses), "Look-ups the memory tier could not serve, or that had to fetch (or wait for) the shard."),

@@ -135,13 +135,6 @@ impl EtagDigest {
         }
     }
 
-    /// Whether what is left to hash once the last part is in is one serial MD5 of up to the
-    /// whole object (a plain ETag), rather than a few upload parts hashed side by side.
-    pub fn serial_tail(&mut self, tag: &EtagMd5s) -> bool {
-        self.decide_once(tag);
-        matches!(self.state, State::Plain { .. })
-    }
-
     fn decide_once(&mut self, tag: &EtagMd5s) {
         if let State::Undecided = self.state {
             self.state = self.decide(tag);

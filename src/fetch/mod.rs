@@ -25,7 +25,7 @@ mod whole;
 
 pub use error::{FetchError, ShardFault};
 pub use transfer_check::multipart_part_size;
-pub use whole::{PartBuffer, Stager};
+pub use whole::{PartBuffer, PartSink, Stager};
 
 use crate::mds::{Index, ShardEntry};
 use crate::store::{BlockingStore, ObjectKey, StoreOptions};
@@ -67,6 +67,10 @@ pub struct FetchStats {
     pub repaired_downloads: u64,
     /// Parts fetched again for those repairs.
     pub parts_refetched: u64,
+    /// Times the store was asked for its own checksum of a shard (S3 checksum mode).
+    pub checksum_questions: u64,
+    /// Those answered with a checksum (the check then needs no MD5).
+    pub checksum_answers: u64,
 }
 
 #[derive(Debug, Default)]
@@ -76,6 +80,8 @@ struct Counters {
     verify_failures: AtomicU64,
     repaired_downloads: AtomicU64,
     parts_refetched: AtomicU64,
+    checksum_questions: AtomicU64,
+    checksum_answers: AtomicU64,
 }
 
 fn add(c: &AtomicU64, n: u64) {
@@ -154,6 +160,8 @@ impl Fetcher {
             verify_failures: c.verify_failures.load(Relaxed),
             repaired_downloads: c.repaired_downloads.load(Relaxed),
             parts_refetched: c.parts_refetched.load(Relaxed),
+            checksum_questions: c.checksum_questions.load(Relaxed),
+            checksum_answers: c.checksum_answers.load(Relaxed),
         }
     }
 }

@@ -176,6 +176,7 @@ impl<'a> AskedChecksums<'a> {
         }
         // Not locked while asking: a download's parts check `answered` as they land, inside
         // the store's runtime, which must not wait for this request.
+        super::add(&self.dataset.counters.checksum_questions, 1);
         let sums = match self.dataset.store.checksums(self.key) {
             Ok(sums) => sums,
             Err(e) => {
@@ -187,6 +188,7 @@ impl<'a> AskedChecksums<'a> {
             self.dataset.store_checksums_missing.fetch_add(1, Relaxed);
         } else {
             self.dataset.store_checksums_seen.store(true, Relaxed);
+            super::add(&self.dataset.counters.checksum_answers, 1);
         }
         *self
             .answer

@@ -19,10 +19,24 @@ pub trait PartBuffer: AsRef<[u8]> + AsMut<[u8]> + Send + 'static {}
 
 impl<T: AsRef<[u8]> + AsMut<[u8]> + Send + 'static> PartBuffer for T {}
 
-/// Writes bytes about to be checked somewhere (the cache: a staged file and its xxh3), on a
-/// thread of its own while the check runs; `None` when it could not (the caller writes
-/// after the check then). What it made is dropped when the bytes fail their check.
-pub type Stager<'a, S> = &'a (dyn Fn(&[u8]) -> Option<S> + Sync);
+/// Where the parts of a download are written as they land, while the rest of them arrive
+/// (the cache: a staged file). An error ends the staging: the caller writes the bytes after
+/// their check instead. Dropped, unused, when the bytes fail their check.
+pub trait PartSink: Send {
+    /// Writes `bytes`, a whole part: the object's bytes from byte `at`.
+    fn write_at(&mut self, at: u64, bytes: &[u8]) -> std::io::Result<()>;
+}
+
+/// Writes nothing: the sink type of callers that stage nothing.
+impl PartSink for () {
+    fn write_at(&mut self, _at: u64, _bytes: &[u8]) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Makes a [`PartSink`] for an object of the given length; `None` when it cannot (the
+/// caller writes the bytes after their check then).
+pub type Stager<'a, S> = &'a (dyn Fn(u64) -> Option<S> + Sync);
 
 impl Fetcher {
     /// Downloads a whole shard and returns its verified, uncompressed bytes: the stored
@@ -44,10 +58,10 @@ impl Fetcher {
     /// length asked; the cache's come from its download budget and hold their bytes until
     /// their last user is done).
     ///
-    /// With `stage`, an uncompressed shard downloaded in parts is handed to `stage` (on a
-    /// thread of its own) while its last bytes are hashed: what it made comes back with the
+    /// With `stage`, the parts of an uncompressed shard downloaded in parts are written to
+    /// the sink it makes as they land (on a thread of its own): the sink comes back with the
     /// bytes when they pass every check, and is dropped when they do not.
-    pub fn fetch_shard_into<B: PartBuffer, S: Send>(
+    pub fn fetch_shard_into<B: PartBuffer, S: PartSink>(
         &self,
         shard: usize,
         attempts: u32,
@@ -203,11 +217,12 @@ impl Fetcher {
         .into())
     }
 
-    /// `key` (`size` bytes) as parallel ranged parts, into a buffer `buffer` makes. A `hashless` shard is checked by its ETag, whose MD5 is computed while the
-    /// parts arrive; what arrived with the last part is hashed after. When that is a serial
-    /// MD5 (a plain ETag), `stage` (if given) writes the bytes to disk on another thread
-    /// meanwhile.
-    fn download_in_parts<B: PartBuffer, S: Send>(
+    /// `key` (`size` bytes) as parallel ranged parts, into a buffer `buffer` makes. A
+    /// `hashless` shard is checked by its ETag, whose MD5 is computed while the parts arrive;
+    /// what arrived with the last part is hashed after. With `stage`, each part is written to
+    /// the sink it makes as it lands, on a thread of its own, so the shard is on disk (but
+    /// for its last parts) when its download ends.
+    fn download_in_parts<B: PartBuffer, S: PartSink>(
         &self,
         key: &ObjectKey,
         size: u64,
@@ -227,13 +242,50 @@ impl Fetcher {
                 self.part_size.load(std::sync::atomic::Ordering::Relaxed),
             )
         });
-        let tag = self.store.run(store::get_in_parts(
-            self.store.store().as_ref(),
-            key,
-            whole.as_mut(),
-            self.fetch_part_size,
-            &mut HashWhileLanding(digest.as_mut(), checksum_known),
-        ))?;
+        let sink = stage.and_then(|make| make(size));
+        let into: &mut [u8] = whole.as_mut();
+        let (tag, staged) = std::thread::scope(|s| {
+            let (parts, landed) = std::sync::mpsc::channel::<(u64, &[u8])>();
+            let writer = sink.map(|mut sink| {
+                s.spawn(move || {
+                    let mut failed = false;
+                    // Every part is taken, written or not, so the download never waits on it.
+                    for (at, bytes) in landed {
+                        if failed {
+                            continue;
+                        }
+                        if let Err(e) = sink.write_at(at, bytes) {
+                            tracing::debug!(key = %key, at, error = %e, "cannot stage a part as it lands; writing the shard after its check");
+                            failed = true;
+                        }
+                    }
+                    (!failed).then_some(sink)
+                })
+            });
+            let mut watch = WhileLanding {
+                digest: digest.as_mut(),
+                checksum_known,
+                parts: writer.is_some().then_some(parts),
+            };
+            let tag = self.store.run(store::get_in_parts(
+                self.store.store().as_ref(),
+                key,
+                into,
+                self.fetch_part_size,
+                &mut watch,
+            ));
+            // Closes the channel: the writer ends with the last part.
+            drop(watch);
+            let staged = writer.and_then(|w| match w.join() {
+                Ok(staged) => staged,
+                Err(_) => {
+                    tracing::warn!("staging a download panicked; writing it after the check");
+                    None
+                }
+            });
+            (tag, staged)
+        });
+        let tag = tag?;
         let bytes: &[u8] = whole.as_ref();
         // The store's checksum came while the parts landed: it is the check, so the MD5
         // begun before it is dropped unfinished.
@@ -241,28 +293,14 @@ impl Fetcher {
             digest = None;
         }
         let landed = std::time::Instant::now();
-        // Written beside a long serial hash only: otherwise the shard is published as soon as
-        // it is checked, and written after (its first reader need not wait for the disk).
-        let stage = stage.filter(|_| digest.as_mut().is_some_and(|d| d.serial_tail(&tag)));
-        let staged = std::thread::scope(|s| {
-            let writer = stage.map(|f| s.spawn(move || f(bytes)));
-            let streamed = digest.map(|d| d.finish(&tag, bytes, hashing_threads()));
-            let staged = match writer.map(|w| w.join()) {
-                // `None`: the caller writes the shard after the checks, and reports then.
-                Some(Ok(staged)) => staged,
-                Some(Err(_)) => {
-                    tracing::warn!("staging a download panicked; writing it after the check");
-                    None
-                }
-                None => None,
-            };
-            (streamed.unwrap_or_default(), staged)
-        });
-        let (streamed, staged) = staged;
+        let streamed = digest
+            .map(|d| d.finish(&tag, bytes, hashing_threads()))
+            .unwrap_or_default();
         tracing::debug!(
             key = %key,
             tail_ms = landed.elapsed().as_millis() as u64,
-            "download in parts landed; its checksum and staged write are done"
+            staged = staged.is_some(),
+            "download in parts landed and written; its checksum is done"
         );
         Ok(Download::Parts(whole, tag, streamed, staged))
     }
@@ -320,23 +358,31 @@ impl Fetcher {
     }
 }
 
-/// Feeds a download's ETag digest while its parts land, except what lands with the last part
-/// (hashed after the download, beside the staged write and on several threads).
-/// (the ETag digest; whether the store's own checksum has come, which makes it unneeded).
-struct HashWhileLanding<'a>(Option<&'a mut EtagDigest>, &'a (dyn Fn() -> bool + Sync));
+/// What watches a download's parts land: its ETag digest (fed all but what lands with the
+/// last part, which is hashed after the download on several threads) until the store's own
+/// checksum has come (`checksum_known`), and the writer of the staged file (`parts`).
+struct WhileLanding<'a, 'w> {
+    digest: Option<&'a mut EtagDigest>,
+    checksum_known: &'a (dyn Fn() -> bool + Sync),
+    parts: Option<std::sync::mpsc::Sender<(u64, &'w [u8])>>,
+}
 
-impl store::Landing for HashWhileLanding<'_> {
-    fn landed(&mut self, tag: &store::EtagMd5s, at: u64, bytes: &[u8], all_in: bool) {
-        if (self.1)() {
-            self.0 = None;
+impl<'w> store::Landing<'w> for WhileLanding<'_, 'w> {
+    fn landed(&mut self, tag: &store::EtagMd5s, at: u64, bytes: &'w [u8], all_in: bool) {
+        if let Some(parts) = &self.parts {
+            // A writer that ended early has given up staging; nothing to tell it.
+            let _ = parts.send((at, bytes));
         }
-        if let (Some(d), false) = (self.0.as_mut(), all_in) {
+        if (self.checksum_known)() {
+            self.digest = None;
+        }
+        if let (Some(d), false) = (self.digest.as_mut(), all_in) {
             d.landed(tag, at, bytes);
         }
     }
 
-    fn in_order(&mut self, tag: &store::EtagMd5s, bytes: &[u8], all_in: bool) {
-        if let (Some(d), false) = (self.0.as_mut(), all_in) {
+    fn in_order(&mut self, tag: &store::EtagMd5s, bytes: &'w [u8], all_in: bool) {
+        if let (Some(d), false) = (self.digest.as_mut(), all_in) {
             d.in_order(tag, bytes);
         }
     }

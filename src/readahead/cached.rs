@@ -40,12 +40,17 @@ impl ShardSource for CachedStreams {
             .is_some_and(|(cache, local)| cache.is_resident(local))
     }
 
-    fn fetch(&self, shard: u32) -> Result<(), CacheError> {
+    fn fetch(&self, shard: u32, urgent: bool) -> Result<(), CacheError> {
         let (cache, local) = self.cache_of(shard).ok_or(ShardFault::NoSuchShard {
             shard: shard as usize,
             shards: self.map.num_shards(),
         })?;
-        if !cache.ensure_if_room(local)? {
+        let fetched = if urgent {
+            cache.ensure_if_room_for_reader(local)?
+        } else {
+            cache.ensure_if_room(local)?
+        };
+        if !fetched {
             tracing::debug!(shard = local, "readahead skipped: no room in the cache now");
         }
         Ok(())

@@ -98,7 +98,9 @@ pub trait ShardSource: Send + Sync {
     fn is_resident(&self, shard: u32) -> bool;
     /// Makes the shard resident, blocking until it is (does not keep it pinned); may return
     /// `Ok` without fetching when the cache has no room for it now (a prefetch never waits).
-    fn fetch(&self, shard: u32) -> Result<(), CacheError>;
+    /// `urgent`: a reader is about to block on it ([`URGENT_DISTANCE`]), so its download
+    /// goes first, as a read's would.
+    fn fetch(&self, shard: u32, urgent: bool) -> Result<(), CacheError>;
     /// Starts loading global sample `sample` from local disk into memory when its shard is
     /// resident (a hint: never blocks, never fetches). [`Advice::Full`] asks to be asked again
     /// later: the rank's advice stops there until readers have taken some.
@@ -106,6 +108,18 @@ pub trait ShardSource: Send + Sync {
         Advice::Skipped
     }
 }
+
+/// A wanted shard first used at most this many positions past a cursor is fetched as urgent
+/// ([`ShardSource::fetch`]): its reader is about to block on it, so its download goes before
+/// the prefetches, in download memory and in connections. Without it, the first reads of a
+/// cold epoch wait while prefetches of shards needed later take the memory and the link.
+pub const URGENT_DISTANCE: u64 = 4;
+
+/// At a cold start the urgent fetches (the shards the first reads wait for) run alone until
+/// the first of them ends, at most this long: on a host whose cores are busy receiving, four
+/// shards started at once each arrive four times later, and the first file waits for all of
+/// them instead of one.
+pub const FIRST_FETCHES_ALONE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Tuning of the scheduler.
 #[derive(Clone, Debug)]
@@ -152,6 +166,11 @@ struct Queue {
     pending: VecDeque<u32>,
     /// Shards of the last plan whose nearest use is in a later epoch than their rank's.
     later_epoch: HashSet<u32>,
+    /// Pending shards a reader is about to block on.
+    urgent: HashSet<u32>,
+    /// A fetch has ended (or a plan had nothing urgent): prefetches may start. Until then
+    /// only urgent fetches run (see [`FIRST_FETCHES_ALONE`]).
+    first_done: bool,
     in_flight: HashSet<u32>,
     stop: bool,
 }
@@ -162,6 +181,8 @@ struct Plan {
     next_use: HashMap<u32, u64>,
     wanted: Vec<u32>,
     later: HashSet<u32>,
+    /// Wanted shards a reader is about to block on (see [`URGENT_DISTANCE`]).
+    urgent: HashSet<u32>,
 }
 
 struct Inner {
@@ -404,6 +425,18 @@ impl Drop for Readahead {
 }
 
 impl Inner {
+    /// Waits until the first fetch has ended, at most [`FIRST_FETCHES_ALONE`] (see there).
+    fn wait_for_the_first_fetch(&self) {
+        let q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+        let (mut q, waited) = self
+            .wake_fetchers
+            .wait_timeout_while(q, FIRST_FETCHES_ALONE, |q| !q.first_done && !q.stop)
+            .unwrap_or_else(|e| e.into_inner());
+        if waited.timed_out() {
+            q.first_done = true;
+        }
+    }
+
     fn plan_loop(&self) {
         loop {
             let (generation, asked) = {
@@ -429,6 +462,7 @@ impl Inner {
                 next_use,
                 wanted,
                 later,
+                urgent,
             } = self.plan();
             self.next_use.replace(next_use);
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
@@ -438,6 +472,9 @@ impl Inner {
                 .collect();
             q.pending = pending;
             q.later_epoch = later;
+            // Nothing to wait for: prefetches go at once.
+            q.first_done |= urgent.is_empty();
+            q.urgent = urgent;
             q.planned = generation;
             q.advising = true;
             self.plans.fetch_add(1, Relaxed);
@@ -453,7 +490,7 @@ impl Inner {
 
     fn fetch_loop(&self) {
         loop {
-            let (shard, for_later_epoch) = {
+            let (shard, for_later_epoch, urgent) = {
                 let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
                 loop {
                     if q.stop {
@@ -461,7 +498,7 @@ impl Inner {
                     }
                     if let Some(s) = q.pending.pop_front() {
                         if q.in_flight.insert(s) {
-                            break (s, q.later_epoch.contains(&s));
+                            break (s, q.later_epoch.contains(&s), q.urgent.contains(&s));
                         }
                         continue;
                     }
@@ -471,9 +508,12 @@ impl Inner {
                         .unwrap_or_else(|e| e.into_inner());
                 }
             };
+            if !urgent {
+                self.wait_for_the_first_fetch();
+            }
             if !self.shards.is_resident(shard) {
                 self.prefetches.fetch_add(1, Relaxed);
-                match self.shards.fetch(shard) {
+                match self.shards.fetch(shard, urgent) {
                     Ok(()) if for_later_epoch => {
                         self.prefetches_for_later_epoch.fetch_add(1, Relaxed);
                         self.prefetched_bytes_for_later_epoch
@@ -488,6 +528,11 @@ impl Inner {
             }
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.in_flight.remove(&shard);
+            if !q.first_done {
+                // The first fetch has ended: the prefetches held back may go.
+                q.first_done = true;
+                self.wake_fetchers.notify_all();
+            }
         }
     }
 }

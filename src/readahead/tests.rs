@@ -38,7 +38,7 @@ impl ShardSource for Counting {
     fn is_resident(&self, shard: u32) -> bool {
         self.resident.lock().unwrap().contains(&shard)
     }
-    fn fetch(&self, shard: u32) -> Result<(), crate::cache::CacheError> {
+    fn fetch(&self, shard: u32, _urgent: bool) -> Result<(), crate::cache::CacheError> {
         self.fetches.lock().unwrap().push(shard);
         self.resident.lock().unwrap().insert(shard);
         Ok(())

@@ -1,7 +1,10 @@
 //! The plan: every rank's order walked forward from its cursor, within the budget, giving
 //! each shard's next use (for eviction) and the shards to fetch, nearest first.
 
-use super::{Inner, Plan, BACK_MARGIN, BEYOND_WINDOWS, NO_POSITION, REPLAN_FRACTION, REPLAN_STEP};
+use super::{
+    Inner, Plan, BACK_MARGIN, BEYOND_WINDOWS, NO_POSITION, REPLAN_FRACTION, REPLAN_STEP,
+    URGENT_DISTANCE,
+};
 use crate::plan::EpochOrders;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
@@ -170,6 +173,11 @@ impl Inner {
             .map(|(s, d)| (*d, *s))
             .collect();
         wanted.sort_unstable();
+        let urgent = wanted
+            .iter()
+            .take_while(|(d, _)| *d <= URGENT_DISTANCE)
+            .map(|(_, s)| *s)
+            .collect();
         // For eviction: the window's distances, and past it the later uses it does not cover.
         let mut evict_order = beyond.into_map();
         evict_order.extend(next_use.iter().map(|(s, d)| (*s, *d)));
@@ -178,6 +186,7 @@ impl Inner {
             next_use: evict_order,
             wanted: wanted.into_iter().map(|(_, s)| s).collect(),
             later,
+            urgent,
         }
     }
 }

@@ -23,17 +23,21 @@ pub struct ObjectStoreBackend {
     inner: Arc<dyn ObjectStore>,
     root: Path,
     source: Source,
-    /// How to ask S3 for an object's checksums (signed requests only).
+    /// How to ask S3 for an object's checksums.
     checksum_mode: Option<ChecksumMode>,
 }
 
 /// What asking S3 for an object's stored checksums takes: `x-amz-checksum-mode: ENABLED`
 /// must be covered by the request's signature, which `object_store`'s own requests cannot
 /// carry, so the HEAD is presigned with the header bound to it and sent by a client of the
-/// same settings.
+/// same settings. Unsigned (`--no-sign-request`: public buckets) the header goes as it is, to
+/// the object's URL as the client addresses it: a presign with placeholder credentials (made
+/// locally) with its signature query dropped.
 struct ChecksumMode {
     s3: Arc<object_store::aws::AmazonS3>,
     http: object_store::client::HttpClient,
+    /// The HEAD goes without a signature.
+    unsigned: bool,
 }
 
 /// How long a presigned checksum request stays valid (it is sent at once).
@@ -152,17 +156,28 @@ impl ObjectStoreBackend {
                         }
                     }
                 }
+                // Addresses objects as `b` does; its placeholder credentials never leave
+                // this process (see `ChecksumMode`).
+                let addressing = opts.no_sign_request.then(|| {
+                    b.clone()
+                        .with_skip_signature(false)
+                        .with_access_key_id("unsigned")
+                        .with_secret_access_key("unsigned")
+                });
                 let s3 = Arc::new(b.build().map_err(|e| cfg_err(e.to_string()))?);
-                if !opts.no_sign_request {
-                    use object_store::client::HttpConnector;
-                    let http = super::ChecksumConnector
-                        .connect(&client(allow_http))
-                        .map_err(|e| cfg_err(e.to_string()))?;
-                    checksum_mode = Some(ChecksumMode {
-                        s3: s3.clone(),
-                        http,
-                    });
-                }
+                let presigner = match addressing {
+                    Some(a) => Arc::new(a.build().map_err(|e| cfg_err(e.to_string()))?),
+                    None => s3.clone(),
+                };
+                use object_store::client::HttpConnector;
+                let http = super::ChecksumConnector
+                    .connect(&client(allow_http))
+                    .map_err(|e| cfg_err(e.to_string()))?;
+                checksum_mode = Some(ChecksumMode {
+                    s3: presigner,
+                    http,
+                    unsigned: opts.no_sign_request,
+                });
                 s3
             }
             SourceKind::Gcs { bucket } => {
@@ -289,9 +304,9 @@ impl ObjectStoreBackend {
     }
 
     /// S3's stored checksums of `key`, asked for with a presigned HEAD that carries
-    /// `x-amz-checksum-mode: ENABLED`. A store that refuses the request (a 4xx other than a
-    /// missing object) gives none. Errors never show the presigned URL, whose query holds a
-    /// signature.
+    /// `x-amz-checksum-mode: ENABLED` (unsigned: a plain HEAD with that header). A store that
+    /// refuses the request (a 4xx other than a missing object) gives none. Errors never show
+    /// the presigned URL, whose query holds a signature.
     async fn checksums_with_mode(
         &self,
         mode: &ChecksumMode,
@@ -304,11 +319,14 @@ impl ObjectStoreBackend {
         let enabled = http::HeaderValue::from_static("ENABLED");
         let options =
             SignedUrlOptions::default().with_signed_header(header.clone(), enabled.clone());
-        let presigned = mode
+        let mut presigned = mode
             .s3
             .signed_url_opts(http::Method::HEAD, &loc, CHECKSUM_URL_LIFETIME, &options)
             .await
             .map_err(|e| map_error(e, &url))?;
+        if mode.unsigned {
+            presigned.set_query(None);
+        }
         let request = http::Request::builder()
             .method(http::Method::HEAD)
             .uri(presigned.as_str())

@@ -20,19 +20,21 @@ use futures::stream::{FuturesUnordered, StreamExt};
 /// What a caller of [`get_in_parts`] is shown while the parts of its object land, so that a
 /// checksum can run beside the download instead of after it. `tag` is the ETag of the first
 /// part to land; `all_in` says whether every part has landed by then (the caller may rather
-/// take those last bytes from the buffer after the call, on threads of its own). When the call
-/// fails, what was shown is void.
-pub trait Landing {
+/// take those last bytes from the buffer after the call, on threads of its own). The bytes
+/// shown are borrowed from the caller's buffer for as long as it is (`'w`), so they may be
+/// handed to another thread (a writer) while later parts land. When the call fails, what was
+/// shown is void.
+pub trait Landing<'w> {
     /// A part landed: `bytes` from byte `at` of the object. Parts land in any order, each once.
-    fn landed(&mut self, _tag: &EtagMd5s, _at: u64, _bytes: &[u8], _all_in: bool) {}
+    fn landed(&mut self, _tag: &EtagMd5s, _at: u64, _bytes: &'w [u8], _all_in: bool) {}
 
     /// The object's next bytes in order: each part once, as soon as it and every part before
     /// it have landed.
-    fn in_order(&mut self, _tag: &EtagMd5s, _bytes: &[u8], _all_in: bool) {}
+    fn in_order(&mut self, _tag: &EtagMd5s, _bytes: &'w [u8], _all_in: bool) {}
 }
 
 /// Shown nothing.
-impl Landing for () {}
+impl Landing<'_> for () {}
 
 /// Fills `whole` with the object `key` (exactly `whole.len()` bytes long) by ranged GETs of
 /// `part_size` bytes (the last one shorter), all started at once, each written into its place
@@ -44,12 +46,12 @@ impl Landing for () {}
 /// download to download instead of mapping fresh memory each time. Every byte of `whole` is
 /// written by a part or the call fails: a part that ends short is an error, never a gap
 /// holding older bytes.
-pub async fn get_in_parts(
+pub async fn get_in_parts<'w>(
     store: &dyn Store,
     key: &ObjectKey,
-    whole: &mut [u8],
+    whole: &'w mut [u8],
     part_size: u64,
-    watch: &mut dyn Landing,
+    watch: &mut dyn Landing<'w>,
 ) -> Result<EtagMd5s, StoreError> {
     let part_size = usize::try_from(part_size.max(1)).unwrap_or(usize::MAX);
     let mut agreed: Option<EtagMd5s> = None;
@@ -60,11 +62,12 @@ pub async fn get_in_parts(
         pending.push(async move {
             let got = store.get_part_into(key, range, &mut *dest).await;
             // The part's place comes back with its result: filled, it can be read.
-            (i, at, got.map(|tag| (tag, &*dest)))
+            let filled: &'w [u8] = dest;
+            (i, at, got.map(|tag| (tag, filled)))
         });
     }
     // Parts that arrived before one ahead of them, by index; `next` is the first not seen.
-    let mut arrived: Vec<Option<&[u8]>> = vec![None; pending.len()];
+    let mut arrived: Vec<Option<&'w [u8]>> = vec![None; pending.len()];
     let mut next = 0;
     while let Some((i, at, part)) = pending.next().await {
         let (tag, bytes) = part?;
@@ -287,7 +290,7 @@ mod tests {
         all_in_in_order: Vec<bool>,
     }
 
-    impl Landing for Seen {
+    impl Landing<'_> for Seen {
         fn landed(&mut self, _: &EtagMd5s, at: u64, bytes: &[u8], all_in: bool) {
             self.landed.push((at, bytes.to_vec()));
             self.all_in_landed.push(all_in);

@@ -43,7 +43,7 @@ impl ShardSource for Memory {
     fn is_resident(&self, _shard: u32) -> bool {
         self.resident.load(Relaxed)
     }
-    fn fetch(&self, _shard: u32) -> Result<(), crate::cache::CacheError> {
+    fn fetch(&self, _shard: u32, _urgent: bool) -> Result<(), crate::cache::CacheError> {
         self.fetches.fetch_add(1, Relaxed);
         Ok(())
     }

@@ -100,6 +100,12 @@ impl DirectPath {
         }
     }
 
+    /// Creates `path` for a file of `len` bytes written piece by piece with `O_DIRECT` (see
+    /// [`uring_direct::PieceWriter`]).
+    pub fn piece_writer(self, path: &Path, len: u64) -> std::io::Result<uring_direct::PieceWriter> {
+        uring_direct::PieceWriter::create(path, len, self == DirectPath::Uring)
+    }
+
     /// Creates `path` and writes `data` (aligned, see [`direct::is_aligned`]) with `O_DIRECT`.
     pub fn write_new(self, path: &Path, data: &[u8]) -> std::io::Result<()> {
         match self {

@@ -479,6 +479,72 @@ pub fn write_new(path: &Path, data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// A new file written with `O_DIRECT` piece by piece, at any offsets and in any order (the
+/// parts of a download as they land), through a ring of its own, or `pwrite` when no ring
+/// can be had (or none is wanted).
+pub struct PieceWriter {
+    file: File,
+    ring: Option<Ring>,
+    /// The file's final length.
+    len: u64,
+}
+
+impl PieceWriter {
+    /// Creates `path` (mode 0600; it must not exist) for a file of `len` bytes, written
+    /// through io_uring if `uring`.
+    pub fn create(path: &Path, len: u64, uring: bool) -> io::Result<Self> {
+        let file = direct::create_new(path)?;
+        let ring = if uring {
+            Ring::new(WRITES_IN_FLIGHT as u32)
+                .map_err(|e| tracing::debug!(error = %e, "no io_uring ring for a staged write; pwrite instead"))
+                .ok()
+        } else {
+            None
+        };
+        Ok(Self { file, ring, len })
+    }
+
+    /// Writes `data` at byte `at`. `at` and `data`'s address must be [`ALIGN`]ed, and so
+    /// must its length unless it ends the file: then its last partial block is written from
+    /// a zero-padded copy and the file cut to its length. `InvalidInput` otherwise.
+    pub fn write_at(&mut self, at: u64, data: &[u8]) -> io::Result<()> {
+        let end = at.saturating_add(data.len() as u64);
+        let body = data.len() & !(ALIGN - 1);
+        if at % ALIGN as u64 != 0
+            || !direct::is_aligned(data)
+            || end > self.len
+            || (body != data.len() && end != self.len)
+        {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a staged piece off the block boundaries",
+            ));
+        }
+        let tail = direct::padded_tail(data)?;
+        let mut pieces: Vec<(u64, &[u8])> = data[..body]
+            .chunks(WRITE_CHUNK)
+            .enumerate()
+            .map(|(i, c)| (at + (i * WRITE_CHUNK) as u64, c))
+            .collect();
+        if let Some(t) = &tail {
+            pieces.push((at + body as u64, &t[..]));
+        }
+        match self.ring.as_mut() {
+            Some(ring) => write_pieces(ring, &self.file, pieces)?,
+            None => {
+                use std::os::unix::fs::FileExt;
+                for (at, bytes) in pieces {
+                    self.file.write_all_at(bytes, at)?;
+                }
+            }
+        }
+        if tail.is_some() {
+            self.file.set_len(self.len)?;
+        }
+        Ok(())
+    }
+}
+
 /// Writes each piece at its offset, up to the ring's depth at once, resubmitting the rest
 /// of a short write. Returns only when no write is in flight (the pieces are the caller's
 /// memory); the first error, after the writes in flight completed.

@@ -52,6 +52,8 @@ impl Drop for FillGuard<'_> {
 impl ShardCache {
     /// Resident (and, if `pin`, pinned) on return (`Ok(true)`), or the error of the fill.
     /// `Ok(false)`: no room now and `wait` is [`RoomWait::GiveUp`]; nothing was done.
+    /// `demand`: a reader waits for the shard, so a download made here goes before the
+    /// readahead's, in download memory and in connections.
     ///
     /// A read (`pin`) that waited on a fill started by someone else (readahead, another read)
     /// which failed starts one fill of its own before it fails: a read fails only after a fill
@@ -61,6 +63,7 @@ impl ShardCache {
         shard: usize,
         pin: bool,
         wait: RoomWait,
+        demand: bool,
     ) -> Result<bool, CacheError> {
         let need = self.dataset.shard(shard)?.raw.bytes;
         let mut counted = false;
@@ -118,9 +121,6 @@ impl ShardCache {
                     st.slots[shard] = Slot::Filling(flight.clone());
                     st.reserved = st.reserved.saturating_add(need);
                     drop(st);
-                    // A caller that waits (a read) is a demand: its download goes before the
-                    // readahead's, in download memory and in connections.
-                    let demand = wait == RoomWait::Wait;
                     self.run_fill(shard, need, &flight, pin, demand)?;
                     return Ok(true);
                 }
@@ -206,17 +206,16 @@ impl ShardCache {
             None => Durability::Unsynced,
         };
         let tag = format!("shard{shard}");
-        // Written to disk on a thread of its own while a long serial hash of its last bytes
-        // runs (a plain ETag MD5); otherwise written after its bytes are published.
-        let stage = |bytes: &[u8]| {
-            let sum = xxhash_rust::xxh3::xxh3_64(bytes);
-            match self.layout.stage(bytes, &tag, durability) {
-                Ok(staged) => Some((staged, sum)),
-                Err(e) => {
-                    // Written again after the checks, which reports then.
-                    tracing::debug!(error = %e, "cannot stage a download beside its check");
-                    None
-                }
+        // A download in parts is written to disk part by part as it lands (on a thread of
+        // its own), so the shard is on disk soon after its last byte is in, and its download
+        // memory free for the next one; otherwise it is written after its bytes are
+        // published.
+        let stage = |len: u64| match self.layout.stage_in_pieces(len, &tag, durability) {
+            Ok(staged) => Some(staged),
+            Err(e) => {
+                // Written again after the checks, which reports then.
+                tracing::debug!(error = %e, "cannot stage a download as it lands");
+                None
             }
         };
         let buffer = |len: usize| memory.buffer(len);
@@ -234,12 +233,11 @@ impl ShardCache {
         }
         flight.publish(raw.clone());
         let dest = self.layout.shard_path(key);
-        let sum = match &staged {
-            Some((_, sum)) => *sum,
-            None => xxhash_rust::xxh3::xxh3_64(&raw),
-        };
+        let sum = xxhash_rust::xxh3::xxh3_64(&raw);
         let written = self.layout.write_sum(key, sum).and_then(|()| match staged {
-            Some((file, _)) => self.layout.commit(file, &dest),
+            Some(pieces) => pieces
+                .finish()
+                .and_then(|file| self.layout.commit(file, &dest)),
             None => self.layout.write_atomically(&raw, &dest, &tag, durability),
         });
         if let Err(e) = written {

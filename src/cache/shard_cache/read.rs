@@ -78,7 +78,7 @@ impl ShardCache {
         self: &Arc<Self>,
         shard: usize,
     ) -> Result<Option<ShardHandle>, CacheError> {
-        self.acquire(shard, true, RoomWait::Wait)?;
+        self.acquire(shard, true, RoomWait::Wait, true)?;
         let path = self.shard_path(shard)?;
         match self.resident_file(shard, &path) {
             Ok((f, meta)) => {

@@ -32,13 +32,19 @@ impl ShardCache {
     /// budget is taken by other fills or pinned shards it waits for room, and reports
     /// [`CacheError::Full`] only when the pinned shards alone leave no room for this one.
     pub fn ensure(&self, shard: usize) -> Result<(), CacheError> {
-        self.acquire(shard, false, RoomWait::Wait).map(|_| ())
+        self.acquire(shard, false, RoomWait::Wait, true).map(|_| ())
     }
 
     /// Like [`ShardCache::ensure`] for prefetching: never waits for room. Returns `Ok(false)`
     /// (and fetches nothing) when the shard would not fit now without waiting.
     pub fn ensure_if_room(&self, shard: usize) -> Result<bool, CacheError> {
-        self.acquire(shard, false, RoomWait::GiveUp)
+        self.acquire(shard, false, RoomWait::GiveUp, false)
+    }
+
+    /// [`ShardCache::ensure_if_room`] for a shard a reader is about to block on: its download
+    /// goes before the prefetches', in download memory and in connections, as a read's does.
+    pub fn ensure_if_room_for_reader(&self, shard: usize) -> Result<bool, CacheError> {
+        self.acquire(shard, false, RoomWait::GiveUp, true)
     }
 
     /// Evicts `shard` now if it is resident and unpinned; returns whether it did.

@@ -46,6 +46,8 @@ impl ShardCache {
             verify_failures: Counters::load(&c.verify_failures) + fetched.verify_failures,
             repaired_downloads: fetched.repaired_downloads,
             parts_refetched: fetched.parts_refetched,
+            store_checksum_questions: fetched.checksum_questions,
+            store_checksum_answers: fetched.checksum_answers,
             usage_bytes: st.usage,
             limit_bytes: self.limit,
             resident_shards: resident,

@@ -129,6 +129,9 @@ pub struct Buckets {
     /// Whether a HEAD with `x-amz-checksum-mode: ENABLED` gets the object's CRC64NVME (as AWS
     /// S3 answers since December 2024).
     pub checksum_mode: std::sync::atomic::AtomicBool,
+    /// Whether unsigned GETs and HEADs are served (a public bucket); signed requests always
+    /// are.
+    pub public_read: std::sync::atomic::AtomicBool,
 }
 
 fn walk(
@@ -173,6 +176,7 @@ impl Buckets {
             rules: Rules::default(),
             resets_pending: AtomicU64::new(0),
             checksum_mode: std::sync::atomic::AtomicBool::new(false),
+            public_read: std::sync::atomic::AtomicBool::new(false),
         }
     }
 

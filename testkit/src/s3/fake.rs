@@ -74,6 +74,14 @@ impl FakeS3 {
             .store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
+    /// Whether unsigned GETs and HEADs are served, as a public bucket serves them (off at
+    /// start: every request must be signed).
+    pub fn allow_unsigned_reads(&self, on: bool) {
+        self.buckets
+            .public_read
+            .store(on, std::sync::atomic::Ordering::Relaxed);
+    }
+
     /// Stores one object.
     pub fn put(&self, bucket: &str, key: &str, data: impl Into<Bytes>) {
         self.buckets.put(bucket, key, data.into());

@@ -23,6 +23,22 @@ pub struct Link {
     pub log_requests: bool,
 }
 
+/// Who may do what: signed requests anything; unsigned ones GET and HEAD while the buckets are
+/// public ([`Buckets::public_read`]), else nothing.
+struct PublicRead(Arc<Buckets>);
+
+#[async_trait::async_trait]
+impl s3s::access::S3Access for PublicRead {
+    async fn check(&self, cx: &mut s3s::access::S3AccessContext<'_>) -> s3s::S3Result<()> {
+        let read = matches!(*cx.method(), http::Method::GET | http::Method::HEAD);
+        if cx.credentials().is_some() || (read && self.0.public_read.load(Ordering::Relaxed)) {
+            Ok(())
+        } else {
+            Err(s3s::s3_error!(AccessDenied, "Signature is required"))
+        }
+    }
+}
+
 fn json(s: String) -> hyper::Response<s3s::Body> {
     hyper::Response::new(s3s::Body::from(Bytes::from(s)))
 }
@@ -39,6 +55,7 @@ pub async fn serve(
     let service = {
         let mut b = s3s::service::S3ServiceBuilder::new(BucketsS3(buckets.clone()));
         b.set_auth(s3s::auth::SimpleAuth::from_single(access_key, secret_key));
+        b.set_access(PublicRead(buckets.clone()));
         b.build()
     };
     let latency = link.latency;
