@@ -6,6 +6,11 @@
 //! and puts a [`StoreChecksums`] into the response's extensions, where
 //! [`super::ObjectStoreBackend`] finds it.
 //!
+//! It also makes answers of stores that leave things out acceptable to `object_store`: a
+//! successful GET/HEAD without `Last-Modified` or `ETag` gets the epoch and a marker that
+//! [`etag`] reads as "no ETag", and a HEAD answered 501 Not Implemented is asked again as a
+//! one-byte GET (gcp-storage-emulator does all three).
+//!
 //! Headers read (all base64 of big-endian bytes):
 //! - `x-goog-hash: crc32c=…,md5=…` — Google Cloud Storage (XML API); composite objects have no
 //!   MD5, every object has a CRC32C.
