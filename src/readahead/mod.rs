@@ -109,11 +109,13 @@ pub trait ShardSource: Send + Sync {
     }
 }
 
-/// A wanted shard first used at most this many positions past a cursor is fetched as urgent
-/// ([`ShardSource::fetch`]): its reader is about to block on it, so its download goes before
-/// the prefetches, in download memory and in connections. Without it, the first reads of a
-/// cold epoch wait while prefetches of shards needed later take the memory and the link.
-pub const URGENT_DISTANCE: u64 = 4;
+/// A wanted shard first used at most this many positions past the first one a rank has still
+/// to read is fetched as urgent ([`ShardSource::fetch`]): its reader is about to block on it,
+/// so its download goes before the prefetches, in download memory and in connections. (The
+/// positions being read are not counted: their readers fill their shards themselves.) Only
+/// the next one: in a fully shuffled epoch each position's sample is in another shard, and
+/// four urgent shards would share the link as four prefetches do.
+pub const URGENT_DISTANCE: u64 = 0;
 
 /// At a cold start the urgent fetches (the shards the first reads wait for) run alone until
 /// the first of them ends, at most this long: on a host whose cores are busy receiving, four
