@@ -1858,7 +1858,14 @@ fn a_corrupted_download_of_a_hashless_dataset_from_a_gcs_without_etags_is_caught
 fn every_fixture_reads_exactly_from_a_gcs_without_etags_whole_and_in_parts() {
     let tmp = tempfile::tempdir().unwrap();
     for ds in mds_datasets() {
-        for part in [0, 4096] {
+        // Whole shards for every fixture, 4 KiB parts (ranged answers without ETag) for one:
+        // the emulator serves one connection at a time.
+        let parts: &[u64] = if ds.ends_with("basic") {
+            &[0, 4096]
+        } else {
+            &[0]
+        };
+        for &part in parts {
             let (src, store_opts) = on_gcs_without_etags(&ds);
             let (faulty, _counting, dataset) = instrumented_with_parts(&src, &store_opts, part);
             let shards = dataset.index().shards();
