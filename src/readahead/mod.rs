@@ -98,8 +98,8 @@ pub trait ShardSource: Send + Sync {
     fn is_resident(&self, shard: u32) -> bool;
     /// Makes the shard resident, blocking until it is (does not keep it pinned); may return
     /// `Ok` without fetching when the cache has no room for it now (a prefetch never waits).
-    /// `urgent`: a reader is about to block on it ([`URGENT_DISTANCE`]), so its download
-    /// goes first, as a read's would.
+    /// `urgent`: a reader is about to block on it (it holds the sample of the next position a
+    /// rank has still to read), so its download goes first, as a read's would.
     fn fetch(&self, shard: u32, urgent: bool) -> Result<(), CacheError>;
     /// Starts loading global sample `sample` from local disk into memory when its shard is
     /// resident (a hint: never blocks, never fetches). [`Advice::Full`] asks to be asked again
@@ -108,14 +108,6 @@ pub trait ShardSource: Send + Sync {
         Advice::Skipped
     }
 }
-
-/// A wanted shard first used at most this many positions past the first one a rank has still
-/// to read is fetched as urgent ([`ShardSource::fetch`]): its reader is about to block on it,
-/// so its download goes before the prefetches, in download memory and in connections. (The
-/// positions being read are not counted: their readers fill their shards themselves.) Only
-/// the next one: in a fully shuffled epoch each position's sample is in another shard, and
-/// four urgent shards would share the link as four prefetches do.
-pub const URGENT_DISTANCE: u64 = 0;
 
 /// At a cold start the urgent fetches (the shards the first reads wait for) run alone until
 /// the first of them ends, at most this long: on a host whose cores are busy receiving, four
@@ -183,7 +175,10 @@ struct Plan {
     next_use: HashMap<u32, u64>,
     wanted: Vec<u32>,
     later: HashSet<u32>,
-    /// Wanted shards a reader is about to block on (see [`URGENT_DISTANCE`]).
+    /// Wanted shards a reader is about to block on: the shard of each rank's next position
+    /// still to be read (the positions being read are not counted: their readers fill their
+    /// shards themselves). Only that one: in a fully shuffled epoch each position's sample is
+    /// in another shard, and more urgent shards would share the link as prefetches do.
     urgent: HashSet<u32>,
 }
 

@@ -1,10 +1,7 @@
 //! The plan: every rank's order walked forward from its cursor, within the budget, giving
 //! each shard's next use (for eviction) and the shards to fetch, nearest first.
 
-use super::{
-    Inner, Plan, BACK_MARGIN, BEYOND_WINDOWS, NO_POSITION, REPLAN_FRACTION, REPLAN_STEP,
-    URGENT_DISTANCE,
-};
+use super::{Inner, Plan, BACK_MARGIN, BEYOND_WINDOWS, NO_POSITION, REPLAN_FRACTION, REPLAN_STEP};
 use crate::plan::EpochOrders;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering::Relaxed;
@@ -175,7 +172,7 @@ impl Inner {
         wanted.sort_unstable();
         let urgent = wanted
             .iter()
-            .take_while(|(d, _)| *d <= URGENT_DISTANCE)
+            .take_while(|(d, _)| *d == 0)
             .map(|(_, s)| *s)
             .collect();
         // For eviction: the window's distances, and past it the later uses it does not cover.

@@ -134,6 +134,12 @@ pub fn take(len: usize) -> Option<(NonNull<u8>, usize)> {
     map(size).ok().map(|p| (p, size))
 }
 
+/// Mappings of at least this many bytes (download buffers: a shard each) ask for transparent
+/// huge pages: a fresh 64 MiB buffer then takes 32 page faults instead of 16,384, and a
+/// profile of a cold pass had the faults of fresh 4 KiB pages (allocation, memory-cgroup
+/// charge, LRU, clearing) at ~30 % of the daemon's CPU (2026-11-28).
+const HUGE_PAGES_AT_LEAST: usize = 4 << 20;
+
 /// `size` bytes of fresh private anonymous memory from the kernel: page-aligned, and zero
 /// until first written.
 pub fn map(size: usize) -> std::io::Result<NonNull<u8>> {
@@ -150,6 +156,11 @@ pub fn map(size: usize) -> std::io::Result<NonNull<u8>> {
     };
     if raw == libc::MAP_FAILED {
         return Err(std::io::Error::last_os_error());
+    }
+    if size >= HUGE_PAGES_AT_LEAST {
+        // SAFETY: advice on the mapping just made, of exactly `size` bytes. Refused (no
+        // transparent huge pages here), the buffer keeps its small pages.
+        unsafe { libc::madvise(raw, size, libc::MADV_HUGEPAGE) };
     }
     POOL.mapped.fetch_add(size, Ordering::Relaxed);
     NonNull::new(raw.cast::<u8>())
