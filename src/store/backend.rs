@@ -521,7 +521,7 @@ impl Store for ObjectStoreBackend {
         Ok(ObjectInfo {
             key: key.clone(),
             size: meta.size,
-            e_tag: meta.e_tag,
+            e_tag: super::checksums::etag(meta.e_tag),
         })
     }
 
@@ -592,7 +592,7 @@ impl Store for ObjectStoreBackend {
                 Some(ObjectInfo {
                     key,
                     size: m.size,
-                    e_tag: m.e_tag,
+                    e_tag: super::checksums::etag(m.e_tag),
                 })
             })
             .collect())

@@ -6,6 +6,11 @@
 //! and puts a [`StoreChecksums`] into the response's extensions, where
 //! [`super::ObjectStoreBackend`] finds it.
 //!
+//! It also makes answers of stores that leave things out acceptable to `object_store`: a
+//! successful GET/HEAD without `Last-Modified` or `ETag` gets the epoch and a marker that
+//! [`etag`] reads as "no ETag", and a HEAD answered 501 Not Implemented is asked again as a
+//! one-byte GET (gcp-storage-emulator does all three).
+//!
 //! Headers read (all base64 of big-endian bytes):
 //! - `x-goog-hash: crc32c=…,md5=…` — Google Cloud Storage (XML API); composite objects have no
 //!   MD5, every object has a CRC32C.
@@ -221,7 +226,16 @@ struct ChecksumService {
 impl HttpService for ChecksumService {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
         let is_get = req.method() == http::Method::GET;
+        let is_head = req.method() == http::Method::HEAD;
+        let head_as_get = is_head.then(|| one_byte_get(&req));
         let mut res = self.inner.execute(req).await?;
+        if let Some(get) = head_as_get.filter(|_| res.status() == http::StatusCode::NOT_IMPLEMENTED)
+        {
+            res = head_answer_from(self.inner.execute(get).await?);
+        }
+        if (is_get || is_head) && res.status().is_success() {
+            fill_missing_validators(res.headers_mut());
+        }
         if is_get && res.status() == http::StatusCode::OK {
             let sums = StoreChecksums::from_headers(res.headers());
             if !sums.is_empty() {
@@ -230,6 +244,70 @@ impl HttpService for ChecksumService {
         }
         Ok(res)
     }
+}
+
+/// The ETag given to an answer that carries none (see [`fill_missing_validators`]); [`etag`]
+/// turns it back into "no ETag".
+const NO_ETAG: &str = "\"shardfs:no-etag\"";
+
+/// An object's ETag as the store sent it: `None` for one it did not send.
+pub(crate) fn etag(e_tag: Option<String>) -> Option<String> {
+    e_tag.filter(|t| t != NO_ETAG)
+}
+
+/// Makes an object answer without `Last-Modified` or `ETag` (gcp-storage-emulator sends
+/// neither) acceptable to `object_store`, whose GCS and Azure clients refuse it: the missing
+/// date becomes the epoch (what `object_store` itself assumes for S3 and HTTP), the missing
+/// ETag a marker that [`etag`] reads as none. shardfs needs neither: no ETag means no version
+/// to compare, and the checks of a store without checksums apply (docs/SEMANTICS.md).
+fn fill_missing_validators(headers: &mut http::HeaderMap) {
+    if !headers.contains_key(http::header::LAST_MODIFIED) {
+        headers.insert(
+            http::header::LAST_MODIFIED,
+            http::HeaderValue::from_static("Thu, 01 Jan 1970 00:00:00 GMT"),
+        );
+    }
+    if !headers.contains_key(http::header::ETAG) {
+        headers.insert(http::header::ETAG, http::HeaderValue::from_static(NO_ETAG));
+    }
+}
+
+/// The HEAD `req` asked again as a GET of the object's first byte, for a store that does not
+/// implement HEAD (gcp-storage-emulator answers it 501).
+fn one_byte_get(req: &HttpRequest) -> HttpRequest {
+    let mut get = http::Request::new(object_store::client::HttpRequestBody::empty());
+    *get.method_mut() = http::Method::GET;
+    *get.uri_mut() = req.uri().clone();
+    *get.version_mut() = req.version();
+    *get.headers_mut() = req.headers().clone();
+    get.headers_mut().insert(
+        http::header::RANGE,
+        http::HeaderValue::from_static("bytes=0-0"),
+    );
+    get
+}
+
+/// A HEAD's answer made from the answer to [`one_byte_get`]: its headers with the object's
+/// size as `Content-Length` (from `Content-Range`: `bytes 0-0/N`, or `bytes */0` for an empty
+/// object), and no body. Any other answer (a 404, ...) is passed on as it is.
+fn head_answer_from(get: HttpResponse) -> HttpResponse {
+    let total = header_str(get.headers(), "content-range")
+        .and_then(|r| r.rsplit_once('/'))
+        .and_then(|(_, n)| n.trim().parse::<u64>().ok());
+    let size = match (get.status(), total) {
+        (http::StatusCode::OK, _) => None,
+        (http::StatusCode::PARTIAL_CONTENT | http::StatusCode::RANGE_NOT_SATISFIABLE, Some(n)) => {
+            Some(n)
+        }
+        _ => return get,
+    };
+    let (mut parts, _) = get.into_parts();
+    if let Some(n) = size {
+        parts.status = http::StatusCode::OK;
+        parts.headers.remove(http::header::CONTENT_RANGE);
+        parts.headers.insert(http::header::CONTENT_LENGTH, n.into());
+    }
+    HttpResponse::from_parts(parts, bytes::Bytes::new().into())
 }
 
 #[cfg(test)]

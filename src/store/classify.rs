@@ -137,6 +137,12 @@ pub(super) fn map_error(e: object_store::Error, url: &str) -> StoreError {
                 kind: TransientKind::Timeout,
                 detail,
             },
+            // Not Implemented: the server has no such request (gcp-storage-emulator's XML
+            // listing); asking again cannot help.
+            501 => StoreError::Other {
+                url,
+                detail: format!("the store does not implement this request: {detail}"),
+            },
             500..=599 => StoreError::Transient {
                 url,
                 kind: TransientKind::ServerError,

