@@ -142,20 +142,28 @@ fn plain_http_passes_the_conformance_suite_for_every_fixture() {
     }
 }
 
-#[test]
-fn gcs_emulator_passes_the_conformance_suite_for_every_fixture() {
-    let gcs = emulators::gcs();
+/// Every MDS fixture on the GCS emulator `gcs`, each with a store rooted at it.
+fn gcs_fixture_stores(
+    gcs: &emulators::Emulator,
+) -> impl Iterator<Item = (std::path::PathBuf, BlockingStore)> + '_ {
     let opts = StoreOptions {
         endpoint_url: Some(gcs.endpoint.clone()),
         ..StoreOptions::default()
     };
-    for ds in mds_datasets() {
+    mds_datasets().into_iter().map(move |ds| {
         let src = format!(
             "gs://{}/{}/",
             emulators::BUCKET,
             emulators::dataset_prefix(&ds)
         );
         let store = blocking(store::open(&src, &opts).unwrap());
+        (ds, store)
+    })
+}
+
+#[test]
+fn gcs_emulator_passes_the_conformance_suite_for_every_fixture() {
+    for (ds, store) in gcs_fixture_stores(emulators::gcs()) {
         conformance(&store, &ds);
         store_checksums_hold(&store, &ds);
     }
@@ -165,18 +173,7 @@ fn gcs_emulator_passes_the_conformance_suite_for_every_fixture() {
 fn gcp_storage_emulator_without_dates_or_etags_passes_the_conformance_reads() {
     // gcp-storage-emulator sends neither Last-Modified nor ETag (object_store's GCS client
     // requires both), answers HEAD with 501 and has no XML listing.
-    let gcs = emulators::gcs_stub();
-    let opts = StoreOptions {
-        endpoint_url: Some(gcs.endpoint.clone()),
-        ..StoreOptions::default()
-    };
-    for ds in mds_datasets() {
-        let src = format!(
-            "gs://{}/{}/",
-            emulators::BUCKET,
-            emulators::dataset_prefix(&ds)
-        );
-        let store = blocking(store::open(&src, &opts).unwrap());
+    for (ds, store) in gcs_fixture_stores(emulators::gcs_stub()) {
         conformance_reads(&store, &ds);
         store_checksums_hold(&store, &ds);
         // No ETag is made up for it.

@@ -192,25 +192,31 @@ for d, _, files in os.walk(root):
                                          headers={"Content-Type": "application/octet-stream"})
         urllib.request.urlopen(req).read()
 "#;
-        let staged = tempfile::tempdir().unwrap();
-        for ds in mds_datasets() {
-            copy_dir(&ds, &staged.path().join(dataset_prefix(&ds)));
-        }
-        let out = Command::new(&py)
-            .args(["-c", script, &endpoint, BUCKET])
-            .arg(staged.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "uploading the fixtures to gcp-storage-emulator failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        upload_fixtures(&py, script, &endpoint, "gcp-storage-emulator");
         Emulator {
             endpoint,
             _data: None,
         }
     })
+}
+
+/// Runs the Python `script` (arguments: endpoint, bucket, folder) to upload every MDS fixture
+/// to `endpoint` under `datasets/<name>/` of [`BUCKET`]; panics naming `what` if it fails.
+fn upload_fixtures(py: &str, script: &str, endpoint: &str, what: &str) {
+    let staged = tempfile::tempdir().unwrap();
+    for ds in mds_datasets() {
+        copy_dir(&ds, &staged.path().join(dataset_prefix(&ds)));
+    }
+    let out = Command::new(py)
+        .args(["-c", script, endpoint, BUCKET])
+        .arg(staged.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "uploading the fixtures to {what} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// The Azurite account every test uses (its documented development account).
@@ -259,19 +265,11 @@ for d, _, files in os.walk(root):
         with open(p, "rb") as fh:
             c.upload_blob(rel, fh, overwrite=True)
 "#;
-        let staged = tempfile::tempdir().unwrap();
-        for ds in mds_datasets() {
-            copy_dir(&ds, &staged.path().join(dataset_prefix(&ds)));
-        }
-        let out = Command::new(python())
-            .args(["-c", script, &endpoint, BUCKET])
-            .arg(staged.path())
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "uploading the fixtures to Azurite failed (is azure-storage-blob in the test venv?): {}",
-            String::from_utf8_lossy(&out.stderr)
+        upload_fixtures(
+            &python(),
+            script,
+            &endpoint,
+            "Azurite (is azure-storage-blob in the test venv?)",
         );
         let _ = fixtures();
         Emulator {
