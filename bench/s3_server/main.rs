@@ -2,10 +2,12 @@
 //! emulates a remote link, so shardfs and its peers can be compared on one machine.
 //!
 //! Built on the `s3s` crate (SigV4 is verified, one access key). The link knobs are the two
-//! that matter for object-store reads: first-byte latency added to every request
+//! that matter for object-store traffic: first-byte latency added to every request
 //! (`--latency-ms`, S3 is ~15–30 ms) and a per-connection bandwidth cap (`--bandwidth-mbps`,
-//! megabits per second per TCP connection, as a single S3 connection tops out far below the
-//! NIC). `GET /__bench/stats` (unsigned, undelayed) returns the request and byte counters.
+//! megabits per second per TCP connection each way, as a single S3 connection tops out far
+//! below the NIC). Clients may write too (PutObject, multipart uploads, DeleteObject(s)):
+//! objects written become files under DIR, and uploads pay the same latency and cap as
+//! downloads. `GET /__bench/stats` (unsigned, undelayed) returns the request and byte counters.
 //!
 //! Prints `listening on http://127.0.0.1:PORT` on stdout once it accepts connections.
 
@@ -35,7 +37,7 @@ struct Args {
     /// Delay before each request is answered (first-byte latency), in milliseconds.
     #[arg(long, default_value_t = 0.0)]
     latency_ms: f64,
-    /// Send cap per TCP connection in megabits per second (0 = none).
+    /// Cap per TCP connection and direction in megabits per second (0 = none).
     #[arg(long, default_value_t = 0.0)]
     bandwidth_mbps: f64,
     /// Access key clients sign with.

@@ -2,6 +2,8 @@
 //! 0.13.0 `MDSWriter` wrote from the same inputs (`tests/pack/reference/`, written by
 //! `tests/pack/make_reference.py` from `tests/pack/inputs/`).
 
+mod s3_writes;
+
 use crate::common::{files_under, shardfs_bin};
 use shardfs::mds::{decompress, Index, ShardView};
 use std::path::{Path, PathBuf};

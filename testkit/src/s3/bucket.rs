@@ -8,6 +8,9 @@
 //! thousands of objects. GET bodies of files are read with `pread` in 1 MiB chunks on the
 //! blocking pool and streamed, so the server is not the bottleneck (the stock s3s-fs streams
 //! 4 KiB chunks).
+//!
+//! Clients may also write ([`writes`]: PutObject, the multipart upload, DeleteObject): into
+//! the directory for the benchmarks, in memory for the tests.
 
 use std::collections::BTreeMap;
 use std::os::unix::fs::FileExt;
@@ -18,15 +21,21 @@ use std::time::{Duration, SystemTime};
 
 use bytes::Bytes;
 use s3s::dto::{
-    Bucket, ChecksumMode, ChecksumType, CommonPrefix, GetBucketLocationInput,
+    AbortMultipartUploadInput, AbortMultipartUploadOutput, Bucket, ChecksumMode, ChecksumType,
+    CommonPrefix, CompleteMultipartUploadInput, CompleteMultipartUploadOutput,
+    CreateMultipartUploadInput, CreateMultipartUploadOutput, DeleteObjectInput, DeleteObjectOutput,
+    DeleteObjectsInput, DeleteObjectsOutput, DeletedObject, GetBucketLocationInput,
     GetBucketLocationOutput, GetObjectInput, GetObjectOutput, HeadBucketInput, HeadBucketOutput,
     HeadObjectInput, HeadObjectOutput, ListBucketsInput, ListBucketsOutput, ListObjectsInput,
-    ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, Object, StreamingBlob, Timestamp,
+    ListObjectsOutput, ListObjectsV2Input, ListObjectsV2Output, Object, PutObjectInput,
+    PutObjectOutput, StreamingBlob, Timestamp, UploadPartInput, UploadPartOutput,
 };
 use s3s::{s3_error, S3Request, S3Response, S3Result, S3};
 
 use super::faults::{FaultKind, Faults, Rules, ServerFault};
 use super::stats::Stats;
+
+mod writes;
 
 /// Bytes read from disk and sent as one body chunk.
 const CHUNK: u64 = 1 << 20;
@@ -132,6 +141,11 @@ pub struct Buckets {
     /// Whether unsigned GETs and HEADs are served (a public bucket); signed requests always
     /// are.
     pub public_read: std::sync::atomic::AtomicBool,
+    /// The directory whose subfolders are the buckets (objects written go there); None for
+    /// buckets in memory.
+    root: Option<std::path::PathBuf>,
+    /// Multipart uploads in progress.
+    uploads: writes::Uploads,
 }
 
 fn walk(
@@ -177,6 +191,8 @@ impl Buckets {
             resets_pending: AtomicU64::new(0),
             checksum_mode: std::sync::atomic::AtomicBool::new(false),
             public_read: std::sync::atomic::AtomicBool::new(false),
+            root: None,
+            uploads: writes::Uploads::default(),
         }
     }
 
@@ -190,7 +206,8 @@ impl Buckets {
         faults: Arc<Faults>,
         checksums: bool,
     ) -> std::io::Result<Buckets> {
-        let out = Buckets::new(stats, etags, faults);
+        let mut out = Buckets::new(stats, etags, faults);
+        out.root = Some(root.to_path_buf());
         out.checksum_mode
             .store(checksums, std::sync::atomic::Ordering::Relaxed);
         {
@@ -684,6 +701,103 @@ impl S3 for BucketsS3 {
             next_continuation_token: page.truncated.then(|| page.last.clone()).flatten(),
             common_prefixes: page.common_prefixes(),
             contents: Some(page.objects),
+            ..Default::default()
+        }))
+    }
+    async fn put_object(
+        &self,
+        req: S3Request<PutObjectInput>,
+    ) -> S3Result<S3Response<PutObjectOutput>> {
+        let i = req.input;
+        let e_tag = self.0.put_object_body(&i.bucket, &i.key, i.body).await?;
+        Ok(S3Response::new(PutObjectOutput {
+            e_tag: Some(e_tag),
+            ..Default::default()
+        }))
+    }
+
+    async fn create_multipart_upload(
+        &self,
+        req: S3Request<CreateMultipartUploadInput>,
+    ) -> S3Result<S3Response<CreateMultipartUploadOutput>> {
+        let i = req.input;
+        let id = self.0.create_upload(&i.bucket, &i.key)?;
+        Ok(S3Response::new(CreateMultipartUploadOutput {
+            bucket: Some(i.bucket),
+            key: Some(i.key),
+            upload_id: Some(id),
+            ..Default::default()
+        }))
+    }
+
+    async fn upload_part(
+        &self,
+        req: S3Request<UploadPartInput>,
+    ) -> S3Result<S3Response<UploadPartOutput>> {
+        let i = req.input;
+        let upload = (i.bucket.as_str(), i.key.as_str(), i.upload_id.as_str());
+        let e_tag = self.0.upload_part(upload, i.part_number, i.body).await?;
+        Ok(S3Response::new(UploadPartOutput {
+            e_tag: Some(e_tag),
+            ..Default::default()
+        }))
+    }
+
+    async fn complete_multipart_upload(
+        &self,
+        req: S3Request<CompleteMultipartUploadInput>,
+    ) -> S3Result<S3Response<CompleteMultipartUploadOutput>> {
+        let i = req.input;
+        let listed: Vec<_> = i
+            .multipart_upload
+            .and_then(|m| m.parts)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|p| (p.part_number, p.e_tag))
+            .collect();
+        let upload = (i.bucket.as_str(), i.key.as_str(), i.upload_id.as_str());
+        let e_tag = self.0.complete_upload(upload, &listed).await?;
+        Ok(S3Response::new(CompleteMultipartUploadOutput {
+            bucket: Some(i.bucket),
+            key: Some(i.key),
+            e_tag: Some(e_tag),
+            ..Default::default()
+        }))
+    }
+
+    async fn abort_multipart_upload(
+        &self,
+        req: S3Request<AbortMultipartUploadInput>,
+    ) -> S3Result<S3Response<AbortMultipartUploadOutput>> {
+        let i = req.input;
+        self.0.abort_upload(&i.bucket, &i.key, &i.upload_id)?;
+        Ok(S3Response::new(AbortMultipartUploadOutput::default()))
+    }
+
+    async fn delete_object(
+        &self,
+        req: S3Request<DeleteObjectInput>,
+    ) -> S3Result<S3Response<DeleteObjectOutput>> {
+        self.0.delete(&req.input.bucket, &req.input.key).await?;
+        Ok(S3Response::new(DeleteObjectOutput::default()))
+    }
+
+    async fn delete_objects(
+        &self,
+        req: S3Request<DeleteObjectsInput>,
+    ) -> S3Result<S3Response<DeleteObjectsOutput>> {
+        let i = req.input;
+        let mut deleted = Vec::new();
+        for o in i.delete.objects {
+            self.0.delete(&i.bucket, &o.key).await?;
+            deleted.push(DeletedObject {
+                key: Some(o.key),
+                ..Default::default()
+            });
+        }
+        let quiet = i.delete.quiet == Some(true);
+        Ok(S3Response::new(DeleteObjectsOutput {
+            deleted: (!quiet).then_some(deleted),
             ..Default::default()
         }))
     }

@@ -1,5 +1,5 @@
 //! The loopback S3 server (built on the `s3s` crate) run in process for the tests: it
-//! verifies SigV4 (one access key), serves buckets of objects put in memory (GetObject with ranges, HeadObject, ListObjects with pagination), counts requests per key,
+//! verifies SigV4 (one access key), serves buckets of objects put in memory (GetObject with ranges, HeadObject, ListObjects with pagination), takes writes (PutObject, multipart uploads, DeleteObject), counts requests per key,
 //! and injects faults by rule at the protocol level: 503 SlowDown, 500, dropped connections,
 //! bodies cut short (the advertised Content-Length is not met), corrupted bytes, latency and
 //! a bandwidth cap. The soak (`bench/soak.sh`) injects its faults at random through the same
@@ -40,6 +40,12 @@ impl FakeS3 {
 
     /// Starts a server listening on `ip` (an address of a loopback device) at a free port.
     pub fn start_at(ip: &str, etags: EtagMode) -> FakeS3 {
+        Self::start_linked(ip, etags, Link::default())
+    }
+
+    /// Starts a server on `ip` that emulates `link` (latency per request, bandwidth cap per
+    /// connection each way).
+    pub fn start_linked(ip: &str, etags: EtagMode, link: Link) -> FakeS3 {
         let ip = ip.to_string();
         let no_faults = Arc::new(Faults::new(0.0, Vec::new(), Default::default(), 0));
         let buckets = Arc::new(Buckets::new(Arc::new(Stats::default()), etags, no_faults));
@@ -57,7 +63,7 @@ impl FakeS3 {
                     .unwrap();
                 let addr = listener.local_addr().unwrap();
                 tx.send((addr.ip(), addr.port())).unwrap();
-                serve(listener, served, ACCESS_KEY, SECRET_KEY, Link::default()).await;
+                serve(listener, served, ACCESS_KEY, SECRET_KEY, link).await;
             });
         });
         let (ip, port) = rx.recv().expect("the S3 server did not start");

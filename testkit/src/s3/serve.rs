@@ -17,7 +17,8 @@ use super::throttle::Throttled;
 pub struct Link {
     /// Added before each request is answered.
     pub latency: Duration,
-    /// Send cap per TCP connection, in bytes per second.
+    /// Cap per TCP connection, in bytes per second, on what it sends and on what it
+    /// receives (each way on its own).
     pub bytes_per_sec: Option<f64>,
     /// Log every request (method, path, Range header, status, time) to stderr.
     pub log_requests: bool,

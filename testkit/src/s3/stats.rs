@@ -23,6 +23,12 @@ pub struct Stats {
     pub body_bytes: AtomicU64,
     /// All bytes written to client sockets (headers, XML and bodies).
     pub wire_bytes: AtomicU64,
+    /// PutObject and UploadPart requests.
+    pub puts: AtomicU64,
+    /// Object body bytes received by PutObject and UploadPart.
+    pub put_bytes: AtomicU64,
+    /// All bytes read from client sockets (requests and their bodies).
+    pub wire_bytes_in: AtomicU64,
     /// Connections accepted.
     pub connections: AtomicU64,
     /// Requests seen per key.
@@ -48,7 +54,8 @@ impl Stats {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         format!(
             "{{\"gets\":{},\"range_gets\":{},\"heads\":{},\"lists\":{},\"other\":{},\
-             \"body_bytes\":{},\"wire_bytes\":{},\"connections\":{}}}",
+             \"body_bytes\":{},\"wire_bytes\":{},\"connections\":{},\"puts\":{},\
+             \"put_bytes\":{},\"wire_bytes_in\":{}}}",
             g(&self.gets),
             g(&self.range_gets),
             g(&self.heads),
@@ -56,7 +63,10 @@ impl Stats {
             g(&self.other),
             g(&self.body_bytes),
             g(&self.wire_bytes),
-            g(&self.connections)
+            g(&self.connections),
+            g(&self.puts),
+            g(&self.put_bytes),
+            g(&self.wire_bytes_in)
         )
     }
 

@@ -1,0 +1,165 @@
+//! The loopback S3 server's write side (the testkit's PutObject, multipart upload and
+//! DeleteObject, which `bench/pack.py --s3` packs into): a pack to it stores what MDSWriter
+//! wrote, uploads are checked as S3 checks them, and they pay the emulated link as downloads do.
+
+use super::{ok, reference, s};
+use crate::common::{files_under, shardfs_bin, FakeS3Options};
+use object_store::multipart::MultipartStore;
+use object_store::path::Path as ObjPath;
+use object_store::{ObjectStoreExt, PutPayload};
+use shardfs::store::put::{list_recursive, DestStore, PutStore, MULTIPART_THRESHOLD};
+use shardfs_testkit::s3::{EtagMode, FakeS3, ACCESS_KEY, SECRET_KEY};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+/// An object_store client of `bucket` on `fake`.
+fn client(fake: &FakeS3, bucket: &str) -> object_store::aws::AmazonS3 {
+    // rustls's provider, as shardfs's store layer installs it before its first client.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    object_store::aws::AmazonS3Builder::new()
+        .with_endpoint(&fake.endpoint)
+        .with_allow_http(true)
+        .with_bucket_name(bucket)
+        .with_region("us-east-1")
+        .with_access_key_id(ACCESS_KEY)
+        .with_secret_access_key(SECRET_KEY)
+        .build()
+        .unwrap()
+}
+
+#[test]
+fn a_pack_to_the_test_s3_server_stores_what_mdswriter_wrote() {
+    let fake = FakeS3::start();
+    // What an interrupted run left: the pack must delete it.
+    fake.put("packw", "ds/shard.09999.mds", &b"stale"[..]);
+    let out = Command::new(shardfs_bin())
+        .args(["pack", s(&super::input("jsonl")), "s3://packw/ds"])
+        .args(["--size-limit", "8192", "--hashes", "sha1,xxh3_64"])
+        .args(["--endpoint-url", &fake.endpoint])
+        .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+        .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+        .env("AWS_REGION", "us-east-1")
+        .output()
+        .unwrap();
+    ok(&out);
+    let source = shardfs::store::Source::parse("s3://packw/ds").unwrap();
+    let store = DestStore::open(&source, &fake.options()).unwrap();
+    let theirs = reference("jsonl");
+    let names: Vec<String> = list_recursive(&store)
+        .unwrap()
+        .into_iter()
+        .map(|(n, _)| n)
+        .collect();
+    assert_eq!(
+        names,
+        files_under(&theirs),
+        "the stale shard was not deleted"
+    );
+    for n in &names {
+        assert!(
+            store.get(n).unwrap() == std::fs::read(theirs.join(n)).unwrap(),
+            "{n} differs from MDSWriter's"
+        );
+    }
+    // Above the threshold a shard goes up as a multipart upload and reads back whole.
+    let big: Vec<u8> = (0..MULTIPART_THRESHOLD + 3_000_000)
+        .map(|i| (i % 251) as u8)
+        .collect();
+    store.put("shard.00000.mds", &big).unwrap();
+    assert!(store.get("shard.00000.mds").unwrap() == big);
+}
+
+#[test]
+fn the_test_s3_server_checks_multipart_uploads_as_s3_does() {
+    let fake = FakeS3::start();
+    fake.put("multi", "seed", &b""[..]);
+    let s3 = client(&fake, "multi");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let path = ObjPath::from("a/obj");
+        let five_mib: Vec<u8> = (0..5 << 20).map(|i| (i % 253) as u8).collect();
+        // Parts in order, each but the last at least 5 MiB: the object is their bytes.
+        let id = s3.create_multipart(&path).await.unwrap();
+        let p1 = s3
+            .put_part(&path, &id, 0, PutPayload::from(five_mib.clone()))
+            .await
+            .unwrap();
+        let p2 = s3
+            .put_part(&path, &id, 1, PutPayload::from(b"tail".to_vec()))
+            .await
+            .unwrap();
+        assert!(
+            s3.get(&path).await.is_err(),
+            "an object appeared before its upload completed"
+        );
+        s3.complete_multipart(&path, &id, vec![p1, p2])
+            .await
+            .unwrap();
+        let got = s3.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(got.len(), five_mib.len() + 4);
+        assert!(got[..five_mib.len()] == five_mib[..] && &got[five_mib.len()..] == b"tail");
+
+        // A small part that is not the last: refused, nothing stored.
+        let small = ObjPath::from("small");
+        let id = s3.create_multipart(&small).await.unwrap();
+        let mut parts = Vec::new();
+        for i in 0..2 {
+            let part = PutPayload::from(vec![7u8; 1024]);
+            parts.push(s3.put_part(&small, &id, i, part).await.unwrap());
+        }
+        let err = s3.complete_multipart(&small, &id, parts).await.unwrap_err();
+        assert!(err.to_string().contains("EntityTooSmall"), "{err}");
+        assert!(s3.get(&small).await.is_err());
+
+        // An aborted upload takes no more parts and leaves no object.
+        let gone = ObjPath::from("gone");
+        let id = s3.create_multipart(&gone).await.unwrap();
+        let part = PutPayload::from(vec![1u8; 10]);
+        s3.put_part(&gone, &id, 0, part).await.unwrap();
+        s3.abort_multipart(&gone, &id).await.unwrap();
+        let part = PutPayload::from(vec![1u8; 10]);
+        let err = s3.put_part(&gone, &id, 1, part).await.unwrap_err();
+        assert!(err.to_string().contains("NoSuchUpload"), "{err}");
+        assert!(s3.get(&gone).await.is_err());
+
+        // A PUT replaces an object; a delete removes it (and a second one is no error).
+        let err = s3
+            .put(&ObjPath::from("a/obj"), PutPayload::from(b"new".to_vec()))
+            .await
+            .map(|_| ());
+        assert!(err.is_ok(), "a PUT over an object failed: {err:?}");
+        let got = s3.get(&path).await.unwrap().bytes().await.unwrap();
+        assert_eq!(&got[..], b"new");
+        s3.delete(&path).await.unwrap();
+        assert!(s3.get(&path).await.is_err());
+        s3.delete(&path).await.unwrap();
+    });
+}
+
+#[test]
+fn uploads_pay_the_emulated_link_as_downloads_do() {
+    // 8 MB/s per connection: 2 MB takes at least ~0.25 s each way, whatever the load (a lower
+    // bound only: a loaded machine may be slower).
+    let link = shardfs_testkit::s3::serve::Link {
+        bytes_per_sec: Some(8e6),
+        ..Default::default()
+    };
+    let fake = FakeS3::start_linked("127.0.0.1", EtagMode::Opaque, link);
+    fake.put("linked", "seed", &b""[..]);
+    let s3 = client(&fake, "linked");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let data = vec![3u8; 2_000_000];
+        let path = ObjPath::from("obj");
+        let t = Instant::now();
+        s3.put(&path, PutPayload::from(data.clone())).await.unwrap();
+        let up = t.elapsed();
+        let t = Instant::now();
+        let got = s3.get(&path).await.unwrap().bytes().await.unwrap();
+        let down = t.elapsed();
+        assert!(got == data);
+        let floor = Duration::from_millis(220);
+        assert!(up >= floor, "a 2 MB upload at 8 MB/s took {up:?}");
+        assert!(down >= floor, "a 2 MB download at 8 MB/s took {down:?}");
+    });
+}
