@@ -16,13 +16,16 @@ process tree it ran (`ru_maxrss` of the waited children):
 Rows: an `int`, a `float64` and a ~150-byte `str`, 1 MiB shards (the issue's workload).
 
 With `--s3` it instead packs from the bench S3 server (bench-s3-server, run as bench/harness.py
-runs it, with its emulated link: `--latency-ms`, `--bandwidth-mbps` per connection) and reports
-the rate against the link measured in the same run with curl on as many connections as the pack
-reads an object with (harness.py's `curl_throughput`): JSON Lines objects (parsed) and
-WebDataset tars (bytes passed through), each packed to local disk. Build the server first:
-`cargo build --release --example bench-s3-server`. DEST stays local: one `shardfs pack` has one
-set of store flags for INPUT and DEST, and the bench server serves reads only, so an s3 -> s3
-run on this machine would need one S3 server that both emulates the link and takes writes.
+runs it, with its emulated link: `--latency-ms` per request, `--bandwidth-mbps` per connection
+each way) JSON Lines objects (parsed) and WebDataset tars (bytes passed through), to local disk
+and to the same server (INPUT and DEST on one server: one set of store flags), and reports the
+rates against the link measured in the same run with one `curl --parallel` (every request on a
+connection of its own, all at once: the ceiling for parallel clients): GETs of the input
+objects (6 ranges each) for s3 -> local; for s3 -> s3, those GETs and PUTs of the pack's output
+(the local pack's files, those over 16 MiB in 8 MiB pieces as the multipart upload sends them)
+all at once, the time the link needs to move both. Both outputs are compared byte for byte
+with the local -> local pack of the same files. Build the server first:
+`cargo build --release --example bench-s3-server`.
 """
 import argparse
 import io
@@ -129,7 +132,8 @@ def make_images(root, n):
 
 
 def s3_bench(a, tmp):
-    """`shardfs pack s3://… local` against the emulated link of the bench S3 server."""
+    """`shardfs pack s3://… local` and `s3://… s3://…` against the emulated link of the bench S3
+    server, with the link measured by curl in the same run."""
     sys.path.insert(0, HERE)
     import harness
     root = os.path.join(tmp, 'srv')
@@ -151,76 +155,167 @@ def s3_bench(a, tmp):
                     tar.addfile(info, io.BytesIO(body))
     procs = harness.Procs()
     try:
+        # Opaque ETags and no checksums: S3 computes those on its own machines; here they
+        # would take the 2 cores the pack and curl share (MD5 of every part written).
         server = harness.Server(procs, a.s3_server, root, a.latency_ms, a.bandwidth_mbps, tmp,
-                                'pack-s3')
+                                'pack-s3', etags='opaque', checksums='none')
         env = dict(os.environ, AWS_ACCESS_KEY_ID=harness.ACCESS_KEY,
                    AWS_SECRET_ACCESS_KEY=harness.SECRET_KEY, AWS_REGION='us-east-1')
         print(f'From s3:// (bench S3 server: {a.latency_ms:g} ms per request, '
-              f'{a.bandwidth_mbps:g} Mbit/s per connection) to local disk, --threads {a.procs}')
+              f'{a.bandwidth_mbps:g} Mbit/s per connection each way), --threads {a.procs}')
         for name, prefix, extra in [('JSON Lines', 'rows', ['--size-limit', '1MiB']),
                                     ('WebDataset tars', 'tars', [])]:
             keys = sorted(f'{prefix}/{f}' for f in os.listdir(os.path.join(data, prefix)))
             total = sum(os.path.getsize(os.path.join(data, k)) for k in keys)
-            # The link: every object at once, 6 ranged GETs each (24 connections): the ceiling.
-            link = curl_link(harness, server.endpoint, keys, data)
-            out = os.path.join(tmp, f'out-{prefix}')
-            cmd = [a.shardfs, 'pack', f's3://{harness.BUCKET}/{prefix}', out, '--threads',
-                   str(a.procs), '--endpoint-url', server.endpoint] + extra
-            t = time.perf_counter()
-            p = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            secs = time.perf_counter() - t
-            if p.returncode != 0:
-                sys.exit(f'shardfs pack from s3 failed: {p.stderr}')
-            rate = total / 1e6 / secs
             print(f'  {name}: {total / 1e6:.0f} MB in {len(keys)} objects')
-            print(f'    link (curl, all objects at once, 6 connections each) {link:8.1f} MB/s')
-            print(f'    shardfs pack s3:// -> local                          {rate:8.1f} MB/s  {secs:6.2f} s'
-                  f'  = {rate / link:.2f}x the link')
-            shutil.rmtree(out)
-            # What bounds it: the same pack from local disk (no network), and for tars the
-            # s3:// read alone (only the key column: member bytes are read, not stored).
+            # The same pack from local disk: what bounds it without a network, and the bytes
+            # every other pack of this input must write.
+            local_out = os.path.join(tmp, f'local-{prefix}')
             t = time.perf_counter()
-            subprocess.run([a.shardfs, 'pack', os.path.join(data, prefix), out, '--threads',
-                            str(a.procs)] + extra, check=True, capture_output=True)
+            subprocess.run([a.shardfs, 'pack', os.path.join(data, prefix), local_out,
+                            '--threads', str(a.procs)] + extra, check=True, capture_output=True)
             local = total / 1e6 / (time.perf_counter() - t)
-            print(f'    shardfs pack local -> local (same files)             {local:8.1f} MB/s')
+            outs = sorted(os.listdir(local_out))
+            out_bytes = sum(os.path.getsize(os.path.join(local_out, f)) for f in outs)
+            # The link, in the same run, with as many connections as the pack keeps busy: curl
+            # GETs of the input in 8 MiB ranges (12 at a time), PUTs of the output (a shard over
+            # 16 MiB in 8 MiB pieces, as the multipart upload sends it; 16 at a time), and both
+            # at once (28 at a time).
+            gets = get_jobs(keys, data)
+            puts = put_jobs(prefix, local_out, outs, tmp)
+            down = total / 1e6 / curl_transfers(harness, server.endpoint, gets, GETS_IN_FLIGHT)
+            up = out_bytes / 1e6 / curl_transfers(harness, server.endpoint, puts, PUTS_IN_FLIGHT)
+            both_secs = curl_transfers(harness, server.endpoint, interleave(gets, puts),
+                                       GETS_IN_FLIGHT + PUTS_IN_FLIGHT)
+            both = total / 1e6 / both_secs
+            print(f'    link down (curl, {GETS_IN_FLIGHT} GETs at a time)                  {down:8.1f} MB/s')
+            print(f'    link up (curl, {PUTS_IN_FLIGHT} PUTs of the {out_bytes / 1e6:.0f} MB output at a time) '
+                  f'{up:8.1f} MB/s')
+            print(f'    link both ways (GETs and PUTs at once)               {both:8.1f} MB/s of input'
+                  f'  {both_secs:6.2f} s')
+
+            src = f's3://{harness.BUCKET}/{prefix}'
+            out = os.path.join(tmp, f'out-{prefix}')
+            base = [a.shardfs, 'pack', src, '--threads', str(a.procs), '--endpoint-url',
+                    server.endpoint] + extra
+            secs = timed_pack(base[:3] + [out] + base[3:], env)
+            rate = total / 1e6 / secs
+            print(f'    shardfs pack s3:// -> local                          {rate:8.1f} MB/s  {secs:6.2f} s'
+                  f'  = {rate / down:.2f}x the link down')
+            same_local = same_tree(out, local_out)
             shutil.rmtree(out)
+
+            dest = f'packed/{prefix}'
+            secs = timed_pack(base[:3] + [f's3://{harness.BUCKET}/{dest}'] + base[3:], env)
+            rate = total / 1e6 / secs
+            print(f'    shardfs pack s3:// -> s3://                          {rate:8.1f} MB/s  {secs:6.2f} s'
+                  f'  = {both_secs / secs:.2f}x the link both ways')
+            same_s3 = same_tree(os.path.join(data, dest), local_out)
+            print(f'    shardfs pack local -> local (same files)             {local:8.1f} MB/s')
+            print(f'    output == the local pack\'s, byte for byte: s3->local {same_local}, '
+                  f's3->s3 {same_s3}')
             if prefix == 'tars':
-                t = time.perf_counter()
-                subprocess.run(cmd + ['--columns', '__key__:str'], env=env, check=True,
-                               capture_output=True)
-                read = total / 1e6 / (time.perf_counter() - t)
+                # The s3:// read alone: only the key column (member bytes read, not stored).
+                secs = timed_pack(base[:3] + [out] + base[3:] + ['--columns', '__key__:str'], env)
+                read = total / 1e6 / secs
                 print(f'    shardfs pack s3:// -> local, key column only         {read:8.1f} MB/s'
-                      f'  = {read / link:.2f}x the link')
+                      f'  = {read / down:.2f}x the link down')
                 shutil.rmtree(out)
+            shutil.rmtree(local_out)
     finally:
         procs.cleanup()
 
 
-def curl_link(harness, endpoint, keys, data, per_object=6):
-    """MB/s of curl reading all of `keys` at once, each object as `per_object` ranged GETs on
-    connections of their own (one curl process each, started together): the most the emulated
-    link and the server give parallel readers of these objects, the ceiling for a pack."""
+def timed_pack(cmd, env):
+    """Wall seconds of one `shardfs pack`."""
+    t = time.perf_counter()
+    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    secs = time.perf_counter() - t
+    if p.returncode != 0:
+        sys.exit(f'{" ".join(cmd)} failed: {p.stderr}')
+    return secs
+
+
+def same_tree(a, b):
+    """Whether folders `a` and `b` hold the same files with the same bytes."""
+    names = sorted(os.listdir(a))
+    if names != sorted(os.listdir(b)):
+        return False
+    for n in names:
+        with open(os.path.join(a, n), 'rb') as fa, open(os.path.join(b, n), 'rb') as fb:
+            if fa.read() != fb.read():
+                return False
+    return True
+
+
+PIECE = 8 << 20
+# The connections a pack keeps busy (src/pack): remote::AHEAD ranged GETs of 8 MiB in flight
+# while it reads, and up to 16 shard uploads (mod.rs's MAX_UPLOADS for small shards; two
+# writers of a 64 MiB shard in 8 parts each for the default size).
+GETS_IN_FLIGHT = 12
+PUTS_IN_FLIGHT = 16
+
+
+def get_jobs(keys, data):
+    """Ranged GETs of `keys` in 8 MiB pieces, as the pack reads them."""
     jobs = []
     for k in keys:
         size = os.path.getsize(os.path.join(data, k))
-        step = -(-size // per_object)
-        jobs += [(k, j * step, min(size, (j + 1) * step) - 1) for j in range(per_object)
-                 if j * step < size]
+        jobs += [('get', k, lo, min(size, lo + PIECE) - 1) for lo in range(0, size, PIECE)]
+    return jobs
+
+
+def put_jobs(prefix, folder, names, tmp):
+    """PUTs of the files `names` of `folder` under probe/PREFIX/, a file over 16 MiB cut in
+    8 MiB pieces (each its own object, as the parts of a multipart upload)."""
+    jobs = []
+    pieces = os.path.join(tmp, f'pieces-{prefix}')
+    os.makedirs(pieces, exist_ok=True)
+    for n in names:
+        path = os.path.join(folder, n)
+        if os.path.getsize(path) <= 2 * PIECE:
+            jobs.append(('put', f'probe/{prefix}/{n}', path))
+            continue
+        with open(path, 'rb') as f:
+            i = 0
+            while chunk := f.read(PIECE):
+                p = os.path.join(pieces, f'{n}.{i}')
+                with open(p, 'wb') as o:
+                    o.write(chunk)
+                jobs.append(('put', f'probe/{prefix}/{n}.{i}', p))
+                i += 1
+    return jobs
+
+
+def interleave(a, b):
+    """The jobs of `a` and `b` taken in turn, so both directions start at once."""
+    out = []
+    for i in range(max(len(a), len(b))):
+        out += a[i:i + 1] + b[i:i + 1]
+    return out
+
+
+def curl_transfers(harness, endpoint, jobs, at_once):
+    """Seconds one curl takes to run every job, `at_once` at a time (`--parallel`, each on a
+    connection of its own): ('get', key, first, last) ranged GETs and ('put', key, file) PUTs."""
+    cmd = ['curl', '--parallel', '--parallel-immediate', '--parallel-max', str(at_once)]
+    for i, job in enumerate(jobs):
+        if i:
+            cmd.append('--next')
+        cmd += harness.curl_base()[1:] + ['-w', '%{http_code} %{size_download} %{size_upload}\n']
+        url = f'{endpoint}/{harness.BUCKET}/{job[1]}'
+        if job[0] == 'get':
+            cmd += ['-r', f'{job[2]}-{job[3]}', '-o', '/dev/null', url]
+        else:
+            cmd += ['-o', '/dev/null', '-T', job[2], url]
     t0 = time.perf_counter()
-    ps = []
-    for k, lo, hi in jobs:
-        cmd = harness.curl_base() + ['-w', '%{http_code} %{size_download}\n', '-r', f'{lo}-{hi}',
-                                     '-o', '/dev/null', f'{endpoint}/{harness.BUCKET}/{k}']
-        ps.append(subprocess.Popen(cmd, stdout=subprocess.PIPE, text=True))
-    total = 0
-    for p in ps:
-        out, _ = p.communicate()
-        code, size_dl = out.split()
-        if code not in ('200', '206'):
-            sys.exit(f'curl GET returned HTTP {code}')
-        total += int(size_dl)
-    return total / 1e6 / (time.perf_counter() - t0)
+    p = subprocess.run(cmd, capture_output=True, text=True)
+    secs = time.perf_counter() - t0
+    lines = p.stdout.split()
+    codes = lines[0::3]
+    if p.returncode != 0 or len(codes) != len(jobs) or any(c not in ('200', '206') for c in codes):
+        sys.exit(f'curl failed ({p.returncode}): {p.stdout[-500:]} {p.stderr[-500:]}')
+    return secs
 
 
 def main():

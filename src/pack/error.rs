@@ -40,6 +40,9 @@ pub enum PackError {
     /// The object store failed.
     #[error(transparent)]
     Store(#[from] crate::store::StoreError),
+    /// A thread of the pack stopped without saying why (a bug: the pack stops).
+    #[error("{0}")]
+    Internal(String),
 }
 
 /// What is wrong at one place of the input (the file, line or member is in

@@ -22,6 +22,7 @@ use super::pyvalue::{loads, PyValue};
 use super::source::{InputFile, SampleSource};
 use crate::mds::Encoding;
 use std::io::{BufRead, BufReader, Read};
+use std::sync::{mpsc, Arc};
 
 /// How many objects column inference looks at.
 pub const INFER_ROWS: usize = 1000;
@@ -112,18 +113,80 @@ pub fn infer_columns(files: &[InputFile]) -> Result<Vec<(String, Encoding)>> {
         .collect())
 }
 
-/// Reads the lines of a byte range of the input and encodes them into columns.
+/// Bytes of whole lines in one batch a parse worker takes, about (a batch ends after the line
+/// that passes it, and at the end of a file).
+pub const BATCH_BYTES: usize = 1 << 20;
+
+/// Reads the lines of a byte range of the input and encodes them into columns, in input order.
+///
+/// Reading and parsing are split (see the module note of [`crate::pack`]): a reader thread
+/// cuts the input into batches of whole lines ([`BATCH_BYTES`]) and deals them round-robin to
+/// `threads` parse workers, each with a queue of one batch in and one encoded batch out; this
+/// source takes the encoded batches back in the same round-robin order, so samples (and the
+/// first error, after the samples before it) come exactly in input order. At most
+/// `3 × threads + 2` batches are in memory.
 pub struct JsonlSource {
-    files: Vec<InputFile>,
-    /// Global byte range of this part: lines starting in it are read.
-    range: (u64, u64),
+    /// What the threads need, until they are started (at the first sample).
+    start: Option<Start>,
+    threads: usize,
+    /// Each worker's queue of encoded batches.
+    outs: Vec<mpsc::Receiver<Encoded>>,
+    /// Batches taken so far (the next comes from worker `taken % threads`).
+    taken: usize,
+    current: Encoded,
+    /// Next value of `current` to hand out.
+    at: usize,
+    consumed: u64,
+}
+
+/// What starting the threads takes.
+struct Start {
+    lines: LineReader,
+    ctx: Arc<Ctx>,
+}
+
+/// What a parse worker needs to encode a line.
+struct Ctx {
+    /// Paths of the input files, for messages.
+    paths: Vec<String>,
     columns: Vec<(String, Encoding)>,
     /// Whether fields outside `columns` are an error (inferred columns) or ignored.
     strict: bool,
+}
+
+/// Whole lines of one file.
+#[derive(Default)]
+struct Lines {
+    file: usize,
+    /// Line number of the first line.
+    first: u64,
+    bytes: Vec<u8>,
+    /// A read error after these lines.
+    error: Option<PackError>,
+    /// Whether the input (or this part) ends with this batch.
+    last: bool,
+}
+
+/// The samples of one [`Lines`], encoded: the values of sample `i`, column `k` are
+/// `data[ends[i·C + k - 1]..ends[i·C + k]]` (from 0 for the first).
+#[derive(Default)]
+struct Encoded {
+    data: Vec<u8>,
+    ends: Vec<usize>,
+    /// Input bytes of the batch.
+    consumed: u64,
+    /// The error that stopped the batch, after the samples before it.
+    error: Option<PackError>,
+    last: bool,
+}
+
+/// The input's lines that start in the part's byte range, file after file.
+struct LineReader {
+    files: Vec<InputFile>,
+    /// Global byte range of this part: lines starting in it are read.
+    range: (u64, u64),
     next_file: usize,
     reader: Option<Reader>,
-    line: Vec<u8>,
-    consumed: u64,
 }
 
 struct Reader {
@@ -139,25 +202,78 @@ struct Reader {
 
 impl JsonlSource {
     /// A source over `files` for the lines that start in global byte range `range`, encoding
-    /// `columns` (sorted as the shard stores them).
+    /// `columns` (sorted as the shard stores them), parsed on `threads` workers.
     pub fn new(
         files: Vec<InputFile>,
         range: (u64, u64),
         columns: Vec<(String, Encoding)>,
         strict: bool,
+        threads: usize,
     ) -> JsonlSource {
-        JsonlSource {
-            files,
-            range,
+        let ctx = Arc::new(Ctx {
+            paths: files.iter().map(|f| f.path.display().to_string()).collect(),
             columns,
             strict,
+        });
+        let lines = LineReader {
+            files,
+            range,
             next_file: 0,
             reader: None,
-            line: Vec::new(),
+        };
+        JsonlSource {
+            start: Some(Start { lines, ctx }),
+            threads: threads.max(1),
+            outs: Vec::new(),
+            taken: 0,
+            current: Encoded::default(),
+            at: 0,
             consumed: 0,
         }
     }
 
+    /// Starts the reader and the parse workers.
+    fn start(&mut self, start: Start) -> Result<()> {
+        let spawn_err = |e: std::io::Error| {
+            PackError::Internal(format!("cannot start a JSON Lines thread: {e}"))
+        };
+        let mut ins = Vec::new();
+        for _ in 0..self.threads {
+            let (tx, rx) = mpsc::sync_channel::<Lines>(1);
+            let (otx, orx) = mpsc::sync_channel::<Encoded>(1);
+            let ctx = Arc::clone(&start.ctx);
+            std::thread::Builder::new()
+                .name("shardfs-pack-parse".into())
+                .spawn(move || {
+                    // A closed queue either way: the pack stopped, or the input ended.
+                    while let Ok(lines) = rx.recv() {
+                        if otx.send(ctx.encode(lines)).is_err() {
+                            return;
+                        }
+                    }
+                })
+                .map_err(spawn_err)?;
+            ins.push(tx);
+            self.outs.push(orx);
+        }
+        let mut lines = start.lines;
+        std::thread::Builder::new()
+            .name("shardfs-pack-read".into())
+            .spawn(move || {
+                for tx in ins.iter().cycle() {
+                    let batch = lines.batch();
+                    let last = batch.last;
+                    if tx.send(batch).is_err() || last {
+                        return;
+                    }
+                }
+            })
+            .map_err(spawn_err)?;
+        Ok(())
+    }
+}
+
+impl LineReader {
     /// Opens the next file that overlaps the range, positioned at its first line in range.
     fn open_next(&mut self) -> Result<bool> {
         let mut start = 0u64;
@@ -194,8 +310,8 @@ impl JsonlSource {
                 }
                 pos = fstart + skip - 1;
                 // The byte before the range: a newline means a line starts right at the range.
-                self.line.clear();
-                let n = r.read_until(b'\n', &mut self.line).map_err(ioerr)?;
+                let mut line = Vec::new();
+                let n = r.read_until(b'\n', &mut line).map_err(ioerr)?;
                 pos += n as u64;
                 number += 1;
             }
@@ -211,71 +327,200 @@ impl JsonlSource {
         Ok(false)
     }
 
+    /// The next batch of whole lines (of one file); `last` at the end of the range.
+    fn batch(&mut self) -> Lines {
+        let mut out = Lines::default();
+        loop {
+            if self.reader.is_none() {
+                match self.open_next() {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        out.last = true;
+                        return out;
+                    }
+                    Err(e) => {
+                        out.error = Some(e);
+                        out.last = true;
+                        return out;
+                    }
+                }
+            }
+            let Some(rd) = self.reader.as_mut() else {
+                out.last = true;
+                return out;
+            };
+            if out.bytes.is_empty() {
+                out.file = rd.file;
+                out.first = rd.number;
+            }
+            loop {
+                if rd.pos >= rd.stop {
+                    self.reader = None;
+                    self.next_file = self.files.len();
+                    out.last = true;
+                    return out;
+                }
+                let n = match rd.r.read_until(b'\n', &mut out.bytes) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        out.error = Some(PackError::io(self.files[rd.file].path.display(), e));
+                        out.last = true;
+                        return out;
+                    }
+                };
+                if n == 0 {
+                    self.reader = None;
+                    break;
+                }
+                rd.pos += n as u64;
+                rd.number += 1;
+                if out.bytes.len() >= BATCH_BYTES {
+                    return out;
+                }
+            }
+            // The file ended: its lines go in a batch of their own.
+            if !out.bytes.is_empty() {
+                return out;
+            }
+        }
+    }
+}
+
+impl Ctx {
     fn where_(&self, file: usize, number: u64) -> String {
-        format!("{}:{number}", self.files[file].path.display())
+        format!("{}:{number}", self.paths[file])
+    }
+
+    /// Encodes every line of `lines` (stopping at the first bad one).
+    fn encode(&self, lines: Lines) -> Encoded {
+        let mut out = Encoded {
+            consumed: lines.bytes.len() as u64,
+            last: lines.last,
+            ..Encoded::default()
+        };
+        let mut values: Vec<Vec<u8>> = vec![Vec::new(); self.columns.len()];
+        let mut number = lines.first;
+        let mut rest = &lines.bytes[..];
+        while !rest.is_empty() {
+            let end = rest
+                .iter()
+                .position(|&b| b == b'\n')
+                .map_or(rest.len(), |i| i + 1);
+            let (line, tail) = rest.split_at(end);
+            rest = tail;
+            for v in values.iter_mut() {
+                v.clear();
+            }
+            match self.encode_line(line, lines.file, number, &mut values) {
+                Ok(true) => {
+                    for v in &values {
+                        out.data.extend_from_slice(v);
+                        out.ends.push(out.data.len());
+                    }
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    out.error = Some(e);
+                    out.last = true;
+                    return out;
+                }
+            }
+            number += 1;
+        }
+        out.error = lines.error;
+        out
+    }
+
+    /// Encodes one line into `out` (a buffer per column); false for a blank line.
+    fn encode_line(
+        &self,
+        line: &[u8],
+        file: usize,
+        number: u64,
+        out: &mut [Vec<u8>],
+    ) -> Result<bool> {
+        if is_blank(line) {
+            return Ok(false);
+        }
+        let items = parse_object(line, || self.where_(file, number))?;
+        for (k, (name, enc)) in self.columns.iter().enumerate() {
+            let Some((_, v)) = items.iter().find(|(key, _)| key == name) else {
+                return Err(PackError::input(
+                    self.where_(file, number),
+                    InputError::MissingField(name.clone()),
+                ));
+            };
+            encode_py(enc, v, &mut out[k]).map_err(|error| {
+                PackError::input(
+                    self.where_(file, number),
+                    InputError::Field {
+                        field: name.clone(),
+                        encoding: enc.clone(),
+                        error,
+                    },
+                )
+            })?;
+        }
+        if self.strict {
+            if let Some((extra, _)) = items
+                .iter()
+                .find(|(key, _)| !self.columns.iter().any(|(n, _)| n == key))
+            {
+                return Err(PackError::input(
+                    self.where_(file, number),
+                    InputError::LateField(extra.clone()),
+                ));
+            }
+        }
+        Ok(true)
     }
 }
 
 impl SampleSource for JsonlSource {
     fn next_sample(&mut self, out: &mut [Vec<u8>]) -> Result<bool> {
+        if let Some(start) = self.start.take() {
+            self.start(start)?;
+        }
+        let columns = out.len();
         loop {
-            if self.reader.is_none() && !self.open_next()? {
+            if self.at < self.current.ends.len() {
+                let mut from = match self.at {
+                    0 => 0,
+                    i => self.current.ends[i - 1],
+                };
+                for o in out.iter_mut() {
+                    let to = self.current.ends[self.at];
+                    o.extend_from_slice(&self.current.data[from..to]);
+                    from = to;
+                    self.at += 1;
+                }
+                return Ok(true);
+            }
+            if let Some(e) = self.current.error.take() {
+                self.current.last = true;
+                return Err(e);
+            }
+            if self.current.last {
                 return Ok(false);
             }
-            let Some(rd) = self.reader.as_mut() else {
+            let Some(rx) = self.outs.get(self.taken % self.threads) else {
                 return Ok(false);
             };
-            if rd.pos >= rd.stop {
-                self.reader = None;
-                self.next_file = self.files.len();
-                return Ok(false);
-            }
-            self.line.clear();
-            let n =
-                rd.r.read_until(b'\n', &mut self.line)
-                    .map_err(|e| PackError::io(self.files[rd.file].path.display(), e))?;
-            if n == 0 {
-                self.reader = None;
-                continue;
-            }
-            rd.pos += n as u64;
-            self.consumed += n as u64;
-            let (file, number) = (rd.file, rd.number);
-            rd.number += 1;
-            if is_blank(&self.line) {
-                continue;
-            }
-            let items = parse_object(&self.line, || self.where_(file, number))?;
-            for (k, (name, enc)) in self.columns.iter().enumerate() {
-                let Some((_, v)) = items.iter().find(|(key, _)| key == name) else {
-                    return Err(PackError::input(
-                        self.where_(file, number),
-                        InputError::MissingField(name.clone()),
-                    ));
-                };
-                encode_py(enc, v, &mut out[k]).map_err(|error| {
-                    PackError::input(
-                        self.where_(file, number),
-                        InputError::Field {
-                            field: name.clone(),
-                            encoding: enc.clone(),
-                            error,
-                        },
-                    )
-                })?;
-            }
-            if self.strict {
-                if let Some((extra, _)) = items
-                    .iter()
-                    .find(|(key, _)| !self.columns.iter().any(|(n, _)| n == key))
-                {
-                    return Err(PackError::input(
-                        self.where_(file, number),
-                        InputError::LateField(extra.clone()),
+            match rx.recv() {
+                Ok(next) => {
+                    self.taken += 1;
+                    self.consumed += next.consumed;
+                    debug_assert_eq!(next.ends.len() % columns.max(1), 0);
+                    self.current = next;
+                    self.at = 0;
+                }
+                Err(_) => {
+                    self.current.last = true;
+                    return Err(PackError::Internal(
+                        "a JSON Lines parse thread stopped".into(),
                     ));
                 }
             }
-            return Ok(true);
         }
     }
 

@@ -2,16 +2,20 @@
 //! byte for byte what mosaicml-streaming's `MDSWriter` writes for the same samples.
 //!
 //! The shape is a pipeline with bounded memory:
-//! - one reader thread (the caller's) walks the input in its documented order ([`jsonl`],
-//!   [`imagefolder`], [`parquet`], [`webdataset`]), encodes each sample's columns ([`columns`]) and cuts
-//!   shards exactly where `MDSWriter` cuts them ([`ShardBuilder`]);
-//! - `threads` workers take finished raw shards from a channel of `threads` slots, compress
-//!   and hash them ([`ShardSpec::seal`]) and write them to DEST ([`dest`]);
+//! - the input is read in its documented order ([`jsonl`], [`imagefolder`], [`parquet`],
+//!   [`webdataset`]) and each sample's columns encoded ([`columns`]) ahead of the shard
+//!   builder: JSON Lines by a reader thread and `threads` parse workers that keep line order
+//!   ([`jsonl::JsonlSource`]), the other formats on one reader thread ([`prefetch`]), each
+//!   through queues of a few MiB;
+//! - the caller's thread cuts shards exactly where `MDSWriter` cuts them ([`ShardBuilder`]);
+//! - [`writers`] workers take finished raw shards from a channel of `threads` slots, compress
+//!   and hash them ([`ShardSpec::seal`]) and write them to DEST ([`dest`]): `threads` for a
+//!   local DEST, more for a store when shards are small, so several uploads are on their way;
 //! - the index is written last, once every shard is stored.
 //!
-//! So at most `2 × threads + 1` shards are in memory whatever the dataset's size, and an
-//! interrupted or failed pack leaves no `index.json` behind (see [`dest`] for how a re-run
-//! starts clean over what it left).
+//! So at most `threads + writers + 1` shards are in memory whatever the dataset's size
+//! (docs/PACK.md), and an interrupted or failed pack leaves no `index.json` behind (see
+//! [`dest`] for how a re-run starts clean over what it left).
 //!
 //! `--part K/N` packs slice K of N disjoint, ordered slices of the input into
 //! `DEST/part-KKKKK/` (a complete dataset of its own), and [`merge()`] writes `DEST/index.json`
@@ -25,6 +29,7 @@ pub mod imagefolder;
 pub mod jsonl;
 pub mod merge;
 pub mod parquet;
+pub mod prefetch;
 pub mod pyvalue;
 pub mod remote;
 pub mod source;
@@ -178,7 +183,8 @@ fn open_source(
             progress
                 .input_total
                 .store(range.1 - range.0, Ordering::Relaxed);
-            let src = jsonl::JsonlSource::new(files, range, stored(&spec), strict);
+            let threads = opts.threads.max(1);
+            let src = jsonl::JsonlSource::new(files, range, stored(&spec), strict, threads);
             Ok((Box::new(src), spec))
         }
         Format::Imagefolder => {
@@ -200,7 +206,7 @@ fn open_source(
             progress.input_total.store(total, Ordering::Relaxed);
             let src =
                 imagefolder::ImageFolderSource::new(input.clone(), images, (a, b), stored(&spec))?;
-            Ok((Box::new(src), spec))
+            Ok((prefetched(Box::new(src), &spec)?, spec))
         }
         Format::Webdataset => {
             let files = input.files(|n| n.ends_with(".tar"))?;
@@ -215,7 +221,7 @@ fn open_source(
                 .input_total
                 .store(files.iter().map(|f| f.size).sum(), Ordering::Relaxed);
             let src = webdataset::TarSource::new(files, stored(&spec), opts.columns.is_none());
-            Ok((Box::new(src), spec))
+            Ok((prefetched(Box::new(src), &spec)?, spec))
         }
         Format::Parquet => {
             let files = input.files(|n| n.ends_with(".parquet"))?;
@@ -233,7 +239,35 @@ fn open_source(
                 Ordering::Relaxed,
             );
             let src = parquet::ParquetSource::new(scan, range, stored(&spec));
-            Ok((Box::new(src), spec))
+            Ok((prefetched(Box::new(src), &spec)?, spec))
+        }
+    }
+}
+
+/// `source` read on a thread of its own, ahead of the shard builder ([`prefetch`]).
+fn prefetched(source: Box<dyn SampleSource>, spec: &ShardSpec) -> Result<Box<dyn SampleSource>> {
+    Ok(Box::new(prefetch::Prefetched::start(
+        source,
+        spec.columns().len(),
+    )?))
+}
+
+/// Bytes of shards a pack to a store keeps uploading at once (when its shards are small; see
+/// [`writers`]).
+pub const UPLOAD_BYTES: u64 = 64 << 20;
+/// Shard uploads at once to a store, at most.
+pub const MAX_UPLOADS: usize = 16;
+
+/// How many shard writers a pack runs: `threads` for a local DEST; for a store, enough that
+/// [`UPLOAD_BYTES`] of small shards are on their way at once (one PUT per shard pays a round
+/// trip each; a shard over the multipart threshold goes up in parallel parts anyway), at most
+/// [`MAX_UPLOADS`].
+pub fn writers(dest: &Dest, threads: usize, size_limit: u64) -> usize {
+    match dest {
+        Dest::Local(_) => threads,
+        Dest::Store(_) => {
+            let uploads = (UPLOAD_BYTES / size_limit.max(1)).clamp(1, MAX_UPLOADS as u64);
+            threads.max(uploads as usize)
         }
     }
 }
@@ -278,7 +312,7 @@ pub fn pack(opts: &PackOptions, progress: &Progress) -> Result<PackSummary> {
     let (done_tx, done_rx) = mpsc::channel::<Result<Stored>>();
     let failed = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
-    for _ in 0..threads {
+    for _ in 0..writers(&dest, threads, opts.size_limit) {
         let rx = Arc::clone(&rx);
         let failed = Arc::clone(&failed);
         let done_tx = done_tx.clone();

@@ -508,3 +508,55 @@ fn packs_each_format_from_s3_through_moto() {
         "{err}"
     );
 }
+
+#[test]
+fn jsonl_parsed_on_several_threads_keeps_line_order_and_line_numbers() {
+    // Two files of many 1 MiB parse batches each: samples must come in file and line order
+    // whatever worker parsed them, and an error deep in the second file names its line.
+    let tmp = tempfile::tempdir().unwrap();
+    let t = tmp.path();
+    let good = t.join("good");
+    std::fs::create_dir_all(&good).unwrap();
+    let row = |i: usize| format!("{{\"id\": {i}, \"text\": \"{}\"}}\n", "ab".repeat(i % 97));
+    let (a, b): (String, String) = (
+        (0..40_000).map(row).collect(),
+        (40_000..70_000).map(row).collect(),
+    );
+    std::fs::write(good.join("a.jsonl"), &a).unwrap();
+    std::fs::write(good.join("b.jsonl"), &b).unwrap();
+    let dest = t.join("out");
+    ok(&pack(&[
+        s(&good),
+        s(&dest),
+        "--threads",
+        "3",
+        "--size-limit",
+        "256KiB",
+    ]));
+    let ids: Vec<i64> = samples(&dest)
+        .iter()
+        .map(|cols| i64::from_le_bytes(cols[0][..8].try_into().unwrap()))
+        .collect();
+    assert_eq!(ids, (0..70_000).collect::<Vec<i64>>());
+    let one = t.join("one");
+    ok(&pack(&[
+        s(&good),
+        s(&one),
+        "--threads",
+        "1",
+        "--size-limit",
+        "256KiB",
+    ]));
+    assert_same_tree(&dest, &one);
+
+    let bad = t.join("bad");
+    std::fs::create_dir_all(&bad).unwrap();
+    std::fs::write(bad.join("a.jsonl"), &a).unwrap();
+    let mut lines: Vec<String> = b.lines().map(str::to_string).collect();
+    lines[25_000] = "{\"id\": 1,".into();
+    std::fs::write(bad.join("b.jsonl"), lines.join("\n")).unwrap();
+    let out = t.join("bad-out");
+    let err = failed(&pack(&[s(&bad), s(&out), "--threads", "3"]));
+    assert!(err.contains("b.jsonl:25001: not JSON"), "{err}");
+    assert!(!out.join("index.json").exists());
+}

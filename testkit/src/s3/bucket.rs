@@ -709,7 +709,10 @@ impl S3 for BucketsS3 {
         req: S3Request<PutObjectInput>,
     ) -> S3Result<S3Response<PutObjectOutput>> {
         let i = req.input;
-        let e_tag = self.0.put_object_body(&i.bucket, &i.key, i.body).await?;
+        let e_tag = self
+            .0
+            .put_object_body(&i.bucket, &i.key, i.body, i.content_length)
+            .await?;
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(e_tag),
             ..Default::default()
@@ -736,7 +739,8 @@ impl S3 for BucketsS3 {
     ) -> S3Result<S3Response<UploadPartOutput>> {
         let i = req.input;
         let upload = (i.bucket.as_str(), i.key.as_str(), i.upload_id.as_str());
-        let e_tag = self.0.upload_part(upload, i.part_number, i.body).await?;
+        let body = (i.body, i.content_length);
+        let e_tag = self.0.upload_part(upload, i.part_number, body).await?;
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(e_tag),
             ..Default::default()

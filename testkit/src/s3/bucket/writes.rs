@@ -50,12 +50,13 @@ impl Uploads {
     }
 }
 
-/// A request body, whole.
-async fn collect(body: Option<StreamingBlob>) -> S3Result<Bytes> {
+/// A request body, whole (`len`: its announced length, to allocate once).
+async fn collect(body: Option<StreamingBlob>, len: Option<i64>) -> S3Result<Bytes> {
     let Some(mut body) = body else {
         return Ok(Bytes::new());
     };
-    let mut out = BytesMut::new();
+    let len = len.and_then(|n| usize::try_from(n).ok()).unwrap_or(0);
+    let mut out = BytesMut::with_capacity(len.min(1 << 30));
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| s3_error!(IncompleteBody, "the body broke off: {e}"))?;
         out.extend_from_slice(&chunk);
@@ -77,15 +78,23 @@ fn check_key(key: &str) -> S3Result<()> {
     Ok(())
 }
 
-/// Writes `data` to `path` whole: a temporary file beside it, then a rename.
-fn write_file(path: &Path, data: &[u8], n: u64) -> std::io::Result<()> {
+/// Writes `parts` one after the other to `path`, whole: a temporary file beside it, then a
+/// rename.
+fn write_file(path: &Path, parts: &[Bytes], n: u64) -> std::io::Result<()> {
+    use std::io::Write;
     if let Some(parent) = path.parent() {
         std::fs::create_dir_all(parent)?;
     }
     let name = path.file_name().map(|s| s.to_string_lossy().into_owned());
     let tmp = path.with_file_name(format!(".{}.upload-{n}", name.unwrap_or_default()));
-    std::fs::write(&tmp, data)?;
-    std::fs::rename(&tmp, path).inspect_err(|_| {
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        for p in parts {
+            f.write_all(p)?;
+        }
+        std::fs::rename(&tmp, path)
+    };
+    write().inspect_err(|_| {
         let _ = std::fs::remove_file(&tmp);
     })
 }
@@ -114,33 +123,38 @@ fn upload_etag(part_etags: &[&str], mode: EtagMode) -> Option<Arc<str>> {
 }
 
 impl Buckets {
-    /// Makes `key` of `bucket` hold `data` (a file when the buckets are a directory's).
+    /// Makes `key` of `bucket` hold the bytes of `parts`, one after the other (a file when the
+    /// buckets are a directory's).
     async fn store(
         &self,
         bucket: &str,
         key: &str,
-        data: Bytes,
+        parts: Vec<Bytes>,
         etag: Option<Arc<str>>,
     ) -> S3Result<ETag> {
         self.has_bucket(bucket)?;
         check_key(key)?;
-        let crc64nvme = self
-            .checksum_mode
-            .load(Ordering::Relaxed)
-            .then(|| crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, &data));
-        let size = data.len() as u64;
+        let crc64nvme = self.checksum_mode.load(Ordering::Relaxed).then(|| {
+            let mut crc = crc_fast::Digest::new(crc_fast::CrcAlgorithm::Crc64Nvme);
+            for p in &parts {
+                crc.update(p);
+            }
+            crc.finalize()
+        });
+        let size = parts.iter().map(|p| p.len() as u64).sum();
         let stored = match &self.root {
             Some(root) => {
                 let path: PathBuf = root.join(bucket).join(key);
                 let n = self.uploads.next_id.fetch_add(1, Ordering::Relaxed);
                 let at = path.clone();
-                tokio::task::spawn_blocking(move || write_file(&at, &data, n))
+                tokio::task::spawn_blocking(move || write_file(&at, &parts, n))
                     .await
                     .map_err(|e| s3_error!(InternalError, "the write task failed: {e}"))?
                     .map_err(|e| s3_error!(InternalError, "cannot write {key}: {e}"))?;
                 Data::File(path.into())
             }
-            None => Data::Memory(data),
+            None if parts.len() == 1 => Data::Memory(parts.into_iter().next().unwrap_or_default()),
+            None => Data::Memory(parts.concat().into()),
         };
         let entry = Entry {
             size,
@@ -163,16 +177,17 @@ impl Buckets {
         bucket: &str,
         key: &str,
         body: Option<StreamingBlob>,
+        len: Option<i64>,
     ) -> S3Result<ETag> {
         self.stats.puts.fetch_add(1, Ordering::Relaxed);
         self.has_bucket(bucket)?;
         check_key(key)?;
-        let data = collect(body).await?;
+        let data = collect(body, len).await?;
         self.stats
             .put_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
         let etag = etag_of(&data, self.etags);
-        self.store(bucket, key, data, etag).await
+        self.store(bucket, key, vec![data], etag).await
     }
 
     /// CreateMultipartUpload: a new upload's id.
@@ -198,7 +213,7 @@ impl Buckets {
         &self,
         (bucket, key, id): (&str, &str, &str),
         number: i32,
-        body: Option<StreamingBlob>,
+        (body, len): (Option<StreamingBlob>, Option<i64>),
     ) -> S3Result<ETag> {
         self.stats.puts.fetch_add(1, Ordering::Relaxed);
         let known = |u: &Upload| u.bucket == bucket && u.key == key;
@@ -211,7 +226,7 @@ impl Buckets {
                 "part number {number} is not 1 to 10000"
             ));
         }
-        let data = collect(body).await?;
+        let data = collect(body, len).await?;
         self.stats
             .put_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
@@ -247,7 +262,7 @@ impl Buckets {
         if listed.is_empty() {
             return Err(s3_error!(MalformedXML, "no parts listed"));
         }
-        let mut data = BytesMut::new();
+        let mut data = Vec::new();
         let mut etags = Vec::new();
         let mut last = 0;
         for (i, (number, etag)) in listed.iter().enumerate() {
@@ -266,11 +281,11 @@ impl Buckets {
             if i + 1 < listed.len() && bytes.len() < MIN_PART {
                 return Err(s3_error!(EntityTooSmall, "part {number} is under 5 MiB"));
             }
-            data.extend_from_slice(bytes);
+            data.push(bytes.clone());
             etags.push(stored.as_str());
         }
         let etag = upload_etag(&etags, self.etags);
-        self.store(bucket, key, data.freeze(), etag).await
+        self.store(bucket, key, data, etag).await
     }
 
     /// AbortMultipartUpload: forgets the upload and its parts.
