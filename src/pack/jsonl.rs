@@ -204,12 +204,24 @@ impl JsonlSource {
     /// A source over `files` for the lines that start in global byte range `range`, encoding
     /// `columns` (sorted as the shard stores them), parsed on `threads` workers.
     pub fn new(
-        files: Vec<InputFile>,
+        mut files: Vec<InputFile>,
         range: (u64, u64),
         columns: Vec<(String, Encoding)>,
         strict: bool,
         threads: usize,
     ) -> JsonlSource {
+        // The objects this part reads (those that overlap its range), read ahead as one chain.
+        let mut start = 0u64;
+        let mut read: Vec<usize> = Vec::new();
+        for (i, f) in files.iter().enumerate() {
+            if start + f.size > range.0 && start < range.1 {
+                read.push(i);
+            }
+            start += f.size;
+        }
+        if let (Some(&a), Some(&b)) = (read.first(), read.last()) {
+            super::remote::chain(&mut files[a..=b]);
+        }
         let ctx = Arc::new(Ctx {
             paths: files.iter().map(|f| f.path.display().to_string()).collect(),
             columns,

@@ -8,7 +8,11 @@
 //!   nothing is listed is taken as one object (`s3://bucket/data.jsonl`).
 //! - JSON Lines and tar objects are streamed by [`ObjectReader`]: consecutive ranged GETs of
 //!   [`CHUNK`] bytes, up to [`AHEAD`] of them asked for ahead of the reader, so one object is
-//!   read over several connections at once and never held whole.
+//!   read over several connections at once and never held whole. The objects a source reads
+//!   one after the other are tied into one [`ObjectChain`] ([`chain`]), whose read-ahead
+//!   crosses object boundaries: the next objects' first ranges are on their way while the
+//!   reader finishes one, so neither the first bytes of each object nor a small object waits
+//!   for a cold start.
 //! - Parquet objects are read by ranges as the Parquet reader asks for them ([`RangedObject`]:
 //!   the footer, then each page).
 //! - ImageFolder images are whole-object GETs, [`AHEAD_OBJECTS`] in flight ([`ObjectQueue`]).
@@ -19,7 +23,7 @@ use crate::store::{BlockingStore, ObjectKey, Store, StoreError, StoreExt, StoreO
 use bytes::Bytes;
 use std::collections::VecDeque;
 use std::io::Read;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use tokio::task::JoinHandle;
 
 /// Bytes of one ranged GET of a streamed object.
@@ -45,6 +49,8 @@ pub struct RemoteTree {
 pub struct RemoteFile {
     tree: Arc<RemoteTree>,
     key: ObjectKey,
+    /// The chain this object is read in, and its place there ([`chain`]).
+    chain: Option<(Arc<Mutex<ObjectChain>>, usize)>,
 }
 
 fn store_err(e: StoreError) -> PackError {
@@ -135,6 +141,7 @@ impl RemoteTree {
             remote: Some(RemoteFile {
                 tree: Arc::clone(self),
                 key: ObjectKey::new(key).map_err(store_err)?,
+                chain: None,
             }),
         })
     }
@@ -170,15 +177,24 @@ impl RemoteTree {
 type Fetch = std::result::Result<Bytes, StoreError>;
 
 impl RemoteFile {
-    /// A reader of the object from byte `offset` on (see [`ObjectReader`]).
-    pub fn open_at(&self, offset: u64, size: u64) -> ObjectReader {
-        ObjectReader {
+    /// A reader of the object from byte `offset` on: from its chain when it has one and
+    /// `offset` is 0 ([`ChainReader`]), else on its own ([`ObjectReader`]).
+    pub fn open_at(&self, offset: u64, size: u64) -> Box<dyn Read + Send> {
+        if let (Some((chain, idx)), 0) = (&self.chain, offset) {
+            return Box::new(ChainReader {
+                chain: Arc::clone(chain),
+                idx: *idx,
+                current: Bytes::new(),
+                done: false,
+            });
+        }
+        Box::new(ObjectReader {
             file: self.clone(),
             next: offset,
             end: size,
             inflight: VecDeque::new(),
             current: Bytes::new(),
-        }
+        })
     }
 
     /// Bytes `[start, start + len)` of the object, in one GET.
@@ -245,6 +261,149 @@ impl Drop for ObjectReader {
         for h in self.inflight.drain(..) {
             h.abort();
         }
+    }
+}
+
+/// Ties the remote objects of `files` (read in this order, each from its start, as a source
+/// reads them) into one [`ObjectChain`]; local files are left as they are.
+pub fn chain(files: &mut [InputFile]) {
+    let objects: Vec<(RemoteFile, u64)> = files
+        .iter()
+        .filter_map(|f| f.remote.clone().map(|r| (r, f.size)))
+        .collect();
+    if objects.is_empty() {
+        return;
+    }
+    let chain = Arc::new(Mutex::new(ObjectChain {
+        objects: objects
+            .into_iter()
+            .map(|(r, size)| (r.tree, r.key, size))
+            .collect(),
+        inflight: VecDeque::new(),
+        next_object: 0,
+        next_offset: 0,
+        started: false,
+    }));
+    for (idx, r) in files
+        .iter_mut()
+        .filter_map(|f| f.remote.as_mut())
+        .enumerate()
+    {
+        r.chain = Some((Arc::clone(&chain), idx));
+    }
+}
+
+/// Objects streamed one after the other with one read-ahead over them all: up to [`AHEAD`]
+/// ranged GETs of [`CHUNK`] bytes in flight (the first of the chain [`CHUNK`]/8), continuing
+/// into the next objects as soon as the current one's ranges are all asked for.
+pub struct ObjectChain {
+    /// (tree, key, size) of each object, in read order.
+    objects: Vec<(Arc<RemoteTree>, ObjectKey, u64)>,
+    /// (object's place, its next range), in order.
+    inflight: VecDeque<(usize, JoinHandle<Fetch>)>,
+    next_object: usize,
+    next_offset: u64,
+    started: bool,
+}
+
+impl std::fmt::Debug for ObjectChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "ObjectChain({} objects, next {}@{}, {} in flight)",
+            self.objects.len(),
+            self.next_object,
+            self.next_offset,
+            self.inflight.len()
+        )
+    }
+}
+
+impl ObjectChain {
+    fn fill(&mut self) {
+        while self.inflight.len() < AHEAD {
+            let Some((tree, key, size)) = self.objects.get(self.next_object) else {
+                return;
+            };
+            if self.next_offset >= *size {
+                self.next_object += 1;
+                self.next_offset = 0;
+                continue;
+            }
+            let len = if self.started { CHUNK } else { CHUNK / 8 };
+            self.started = true;
+            let stop = (self.next_offset + len).min(*size);
+            let h = tree.spawn_range(key, self.next_offset..stop);
+            self.inflight.push_back((self.next_object, h));
+            self.next_offset = stop;
+        }
+    }
+
+    /// The next range of object `idx`, in order; None once it is all given.
+    fn next_chunk(&mut self, idx: usize) -> std::io::Result<Option<Bytes>> {
+        // What is left of objects before it (a reader that stopped early) is not wanted.
+        while let Some((i, _)) = self.inflight.front() {
+            if *i >= idx {
+                break;
+            }
+            if let Some((_, h)) = self.inflight.pop_front() {
+                h.abort();
+            }
+        }
+        if self.next_object < idx {
+            self.next_object = idx;
+            self.next_offset = 0;
+        }
+        self.fill();
+        match self.inflight.front() {
+            Some((i, _)) if *i == idx => {}
+            _ => return Ok(None),
+        }
+        let Some((_, h)) = self.inflight.pop_front() else {
+            return Ok(None);
+        };
+        let (tree, key, _) = &self.objects[idx];
+        let bytes = tree.wait(h, key);
+        self.fill();
+        bytes.map(Some)
+    }
+}
+
+impl Drop for ObjectChain {
+    fn drop(&mut self) {
+        for (_, h) in self.inflight.drain(..) {
+            h.abort();
+        }
+    }
+}
+
+/// One object of an [`ObjectChain`], read from its start.
+pub struct ChainReader {
+    chain: Arc<Mutex<ObjectChain>>,
+    idx: usize,
+    current: Bytes,
+    done: bool,
+}
+
+impl Read for ChainReader {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.current.is_empty() {
+            if self.done {
+                return Ok(0);
+            }
+            let next = match self.chain.lock() {
+                Ok(mut c) => c.next_chunk(self.idx)?,
+                Err(_) => return Err(std::io::Error::other("the read-ahead broke")),
+            };
+            match next {
+                Some(b) => self.current = b,
+                None => self.done = true,
+            }
+        }
+        let n = buf.len().min(self.current.len());
+        buf[..n].copy_from_slice(&self.current[..n]);
+        self.current = self.current.slice(n..);
+        Ok(n)
     }
 }
 

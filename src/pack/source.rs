@@ -31,7 +31,7 @@ impl InputFile {
     /// A reader of the file from byte `offset` on (an object is streamed by ranged GETs).
     pub fn open_at(&self, offset: u64) -> Result<Box<dyn Read + Send>> {
         if let Some(r) = &self.remote {
-            return Ok(Box::new(r.open_at(offset, self.size)));
+            return Ok(r.open_at(offset, self.size));
         }
         let io = |e| PackError::io(self.path.display(), e);
         let mut f = std::fs::File::open(&self.path).map_err(io)?;

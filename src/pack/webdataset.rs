@@ -373,7 +373,12 @@ pub struct TarSource {
 impl TarSource {
     /// A source over `files`, encoding `columns` (sorted as the shard stores them); `strict`
     /// makes a member outside the columns an error (inferred columns).
-    pub fn new(files: Vec<InputFile>, columns: Vec<(String, Encoding)>, strict: bool) -> TarSource {
+    pub fn new(
+        mut files: Vec<InputFile>,
+        columns: Vec<(String, Encoding)>,
+        strict: bool,
+    ) -> TarSource {
+        super::remote::chain(&mut files);
         TarSource {
             grouper: Grouper::new(files),
             columns,

@@ -163,3 +163,64 @@ fn uploads_pay_the_emulated_link_as_downloads_do() {
         assert!(down >= floor, "a 2 MB download at 8 MB/s took {down:?}");
     });
 }
+
+#[test]
+fn an_s3_to_s3_pack_of_objects_of_many_ranges_matches_the_local_pack() {
+    // Objects of several read-ahead ranges (1 MiB first, then 8 MiB), read as one chain whose
+    // read-ahead crosses from one object into the next; whole and as a part that starts inside
+    // the second object.
+    let tmp = tempfile::tempdir().unwrap();
+    let rows = tmp.path().join("rows");
+    std::fs::create_dir_all(&rows).unwrap();
+    let row = |i: usize| format!("{{\"id\": {i}, \"t\": \"{}\"}}\n", "xy".repeat(20 + i % 50));
+    let a: String = (0..30_000).map(row).collect();
+    let b: String = (30_000..140_000).map(row).collect();
+    std::fs::write(rows.join("a.jsonl"), &a).unwrap();
+    std::fs::write(rows.join("b.jsonl"), &b).unwrap();
+    assert!(
+        b.len() > (8 << 20) && a.len() > (1 << 20),
+        "b.jsonl should span several ranges"
+    );
+    let fake = FakeS3::start();
+    fake.put_dir("chain", "rows", &rows);
+    let store = |url: &str| {
+        let source = shardfs::store::Source::parse(url).unwrap();
+        DestStore::open(&source, &fake.options()).unwrap()
+    };
+    for (name, extra) in [("whole", &[][..]), ("part", &["--part", "1/3"][..])] {
+        let url = format!("s3://chain/out-{name}");
+        let out = Command::new(shardfs_bin())
+            .args(["pack", "s3://chain/rows", &url, "--size-limit", "1MiB"])
+            .args(extra)
+            .args(["--threads", "2", "--endpoint-url", &fake.endpoint])
+            .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
+            .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
+            .env("AWS_REGION", "us-east-1")
+            .output()
+            .unwrap();
+        ok(&out);
+        let local = tmp.path().join(format!("local-{name}"));
+        let mut args = vec![s(&rows), s(&local), "--size-limit", "1MiB"];
+        args.extend_from_slice(extra);
+        ok(&super::pack(&args));
+        let (local, remote) = match extra.is_empty() {
+            true => (local, store(&url)),
+            false => (
+                local.join("part-00001"),
+                store(&format!("{url}/part-00001")),
+            ),
+        };
+        let names: Vec<String> = list_recursive(&remote)
+            .unwrap()
+            .into_iter()
+            .map(|(n, _)| n)
+            .collect();
+        assert_eq!(names, files_under(&local), "{name}");
+        for n in &names {
+            assert!(
+                remote.get(n).unwrap() == std::fs::read(local.join(n)).unwrap(),
+                "{name}: {n} differs from the local pack's"
+            );
+        }
+    }
+}
