@@ -27,21 +27,30 @@ fn client(fake: &FakeS3, bucket: &str) -> object_store::aws::AmazonS3 {
         .unwrap()
 }
 
-#[test]
-fn a_pack_to_the_test_s3_server_stores_what_mdswriter_wrote() {
-    let fake = FakeS3::start();
-    // What an interrupted run left: the pack must delete it.
-    fake.put("packw", "ds/shard.09999.mds", &b"stale"[..]);
-    let out = Command::new(shardfs_bin())
-        .args(["pack", s(&super::input("jsonl")), "s3://packw/ds"])
-        .args(["--size-limit", "8192", "--hashes", "sha1,xxh3_64"])
+/// `shardfs pack ARGS --endpoint-url FAKE` with the test server's credentials.
+fn pack_on(fake: &FakeS3, args: &[&str]) -> std::process::Output {
+    Command::new(shardfs_bin())
+        .arg("pack")
+        .args(args)
         .args(["--endpoint-url", &fake.endpoint])
         .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
         .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
         .env("AWS_REGION", "us-east-1")
         .output()
-        .unwrap();
-    ok(&out);
+        .unwrap()
+}
+
+#[test]
+fn a_pack_to_the_test_s3_server_stores_what_mdswriter_wrote() {
+    let fake = FakeS3::start();
+    // What an interrupted run left: the pack must delete it.
+    fake.put("packw", "ds/shard.09999.mds", &b"stale"[..]);
+    let jsonl = super::input("jsonl");
+    let args = [s(&jsonl), "s3://packw/ds", "--size-limit", "8192"];
+    ok(&pack_on(
+        &fake,
+        &[&args[..], &["--hashes", "sha1,xxh3_64"]].concat(),
+    ));
     let source = shardfs::store::Source::parse("s3://packw/ds").unwrap();
     let store = DestStore::open(&source, &fake.options()).unwrap();
     let theirs = reference("jsonl");
@@ -189,16 +198,15 @@ fn an_s3_to_s3_pack_of_objects_of_many_ranges_matches_the_local_pack() {
     };
     for (name, extra) in [("whole", &[][..]), ("part", &["--part", "1/3"][..])] {
         let url = format!("s3://chain/out-{name}");
-        let out = Command::new(shardfs_bin())
-            .args(["pack", "s3://chain/rows", &url, "--size-limit", "1MiB"])
-            .args(extra)
-            .args(["--threads", "2", "--endpoint-url", &fake.endpoint])
-            .env("AWS_ACCESS_KEY_ID", ACCESS_KEY)
-            .env("AWS_SECRET_ACCESS_KEY", SECRET_KEY)
-            .env("AWS_REGION", "us-east-1")
-            .output()
-            .unwrap();
-        ok(&out);
+        let args = [
+            "s3://chain/rows",
+            &url,
+            "--size-limit",
+            "1MiB",
+            "--threads",
+            "2",
+        ];
+        ok(&pack_on(&fake, &[&args[..], extra].concat()));
         let local = tmp.path().join(format!("local-{name}"));
         let mut args = vec![s(&rows), s(&local), "--size-limit", "1MiB"];
         args.extend_from_slice(extra);
