@@ -24,7 +24,8 @@ connection of its own, all at once: the ceiling for parallel clients): GETs of t
 objects (6 ranges each) for s3 -> local; for s3 -> s3, those GETs and PUTs of the pack's output
 (the local pack's files, those over 16 MiB in 8 MiB pieces as the multipart upload sends them)
 all at once, the time the link needs to move both. Both outputs are compared byte for byte
-with the local -> local pack of the same files. Build the server first:
+with the local -> local pack of the same files. Every --s3 time is the median of `--repeat`
+runs (default 3: the machine is shared). Build the server first:
 `cargo build --release --example bench-s3-server`.
 """
 import argparse
@@ -171,10 +172,15 @@ def s3_bench(a, tmp):
             # The same pack from local disk: what bounds it without a network, and the bytes
             # every other pack of this input must write.
             local_out = os.path.join(tmp, f'local-{prefix}')
-            t = time.perf_counter()
-            subprocess.run([a.shardfs, 'pack', os.path.join(data, prefix), local_out,
-                            '--threads', str(a.procs)] + extra, check=True, capture_output=True)
-            local = total / 1e6 / (time.perf_counter() - t)
+            def local_pack(_):
+                if os.path.exists(local_out):
+                    shutil.rmtree(local_out)
+                t = time.perf_counter()
+                subprocess.run([a.shardfs, 'pack', os.path.join(data, prefix), local_out,
+                                '--threads', str(a.procs)] + extra, check=True,
+                               capture_output=True)
+                return time.perf_counter() - t
+            local = total / 1e6 / median(a.repeat, local_pack)
             outs = sorted(os.listdir(local_out))
             out_bytes = sum(os.path.getsize(os.path.join(local_out, f)) for f in outs)
             # The link, in the same run, with as many connections as the pack keeps busy: curl
@@ -183,10 +189,11 @@ def s3_bench(a, tmp):
             # at once (28 at a time).
             gets = get_jobs(keys, data)
             puts = put_jobs(prefix, local_out, outs, tmp)
-            down = total / 1e6 / curl_transfers(harness, server.endpoint, gets, GETS_IN_FLIGHT)
-            up = out_bytes / 1e6 / curl_transfers(harness, server.endpoint, puts, PUTS_IN_FLIGHT)
-            both_secs = curl_transfers(harness, server.endpoint, interleave(gets, puts),
-                                       GETS_IN_FLIGHT + PUTS_IN_FLIGHT)
+            curl = lambda jobs, at_once: median(
+                a.repeat, lambda _: curl_transfers(harness, server.endpoint, jobs, at_once))
+            down = total / 1e6 / curl(gets, GETS_IN_FLIGHT)
+            up = out_bytes / 1e6 / curl(puts, PUTS_IN_FLIGHT)
+            both_secs = curl(interleave(gets, puts), GETS_IN_FLIGHT + PUTS_IN_FLIGHT)
             both = total / 1e6 / both_secs
             print(f'    link down (curl, {GETS_IN_FLIGHT} GETs at a time)                  {down:8.1f} MB/s')
             print(f'    link up (curl, {PUTS_IN_FLIGHT} PUTs of the {out_bytes / 1e6:.0f} MB output at a time) '
@@ -198,7 +205,11 @@ def s3_bench(a, tmp):
             out = os.path.join(tmp, f'out-{prefix}')
             base = [a.shardfs, 'pack', src, '--threads', str(a.procs), '--endpoint-url',
                     server.endpoint] + extra
-            secs = timed_pack(base[:3] + [out] + base[3:], env)
+            def to_local(r):
+                if os.path.exists(out):
+                    shutil.rmtree(out)
+                return timed_pack(base[:3] + [out] + base[3:], env)
+            secs = median(a.repeat, to_local)
             rate = total / 1e6 / secs
             print(f'    shardfs pack s3:// -> local                          {rate:8.1f} MB/s  {secs:6.2f} s'
                   f'  = {rate / down:.2f}x the link down')
@@ -206,7 +217,8 @@ def s3_bench(a, tmp):
             shutil.rmtree(out)
 
             dest = f'packed/{prefix}'
-            secs = timed_pack(base[:3] + [f's3://{harness.BUCKET}/{dest}'] + base[3:], env)
+            secs = median(a.repeat, lambda r: timed_pack(
+                base[:3] + [f's3://{harness.BUCKET}/{dest}{r or ""}'] + base[3:], env))
             rate = total / 1e6 / secs
             print(f'    shardfs pack s3:// -> s3://                          {rate:8.1f} MB/s  {secs:6.2f} s'
                   f'  = {both_secs / secs:.2f}x the link both ways')
@@ -216,7 +228,12 @@ def s3_bench(a, tmp):
                   f's3->s3 {same_s3}')
             if prefix == 'tars':
                 # The s3:// read alone: only the key column (member bytes read, not stored).
-                secs = timed_pack(base[:3] + [out] + base[3:] + ['--columns', '__key__:str'], env)
+                def keys_only(_):
+                    if os.path.exists(out):
+                        shutil.rmtree(out)
+                    return timed_pack(base[:3] + [out] + base[3:] + ['--columns', '__key__:str'],
+                                      env)
+                secs = median(a.repeat, keys_only)
                 read = total / 1e6 / secs
                 print(f'    shardfs pack s3:// -> local, key column only         {read:8.1f} MB/s'
                       f'  = {read / down:.2f}x the link down')
@@ -224,6 +241,12 @@ def s3_bench(a, tmp):
             shutil.rmtree(local_out)
     finally:
         procs.cleanup()
+
+
+def median(n, run):
+    """The median of `run(0)`, …, `run(n - 1)` (seconds)."""
+    times = sorted(run(r) for r in range(max(1, n)))
+    return times[len(times) // 2]
 
 
 def timed_pack(cmd, env):
@@ -332,6 +355,8 @@ def main():
                                                         'examples', 'bench-s3-server'))
     ap.add_argument('--latency-ms', type=float, default=20.0)
     ap.add_argument('--bandwidth-mbps', type=float, default=800.0)
+    ap.add_argument('--repeat', type=int, default=3,
+                    help='--s3: run each measure this many times and report the median')
     a = ap.parse_args()
     if a.s3:
         with tempfile.TemporaryDirectory(dir=os.environ.get('TMPDIR')) as tmp:
