@@ -37,8 +37,25 @@ pub struct MountStatus {
     pub cache: Vec<StreamCacheStatus>,
     /// How long reads of sample files took.
     pub read_latency: LatencySnapshot,
+    /// Files handed to the kernel's page cache ahead of their reads.
+    pub page_cache_pushes: PagePushStatus,
     /// What the daemon's memory is made of.
     pub memory: ProcessMemory,
+}
+
+/// Files of a sample handed to the kernel's page cache when its first file was read, so
+/// their reads never reach the daemon.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct PagePushStatus {
+    /// Files handed over (in the page cache now).
+    pub files: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Files not handed over because the queue to the kernel was full.
+    pub dropped: u64,
+    /// Files the kernel did not take (it no longer held the inode).
+    pub refused: u64,
 }
 
 /// Shard failures that reached readers: how many, the latest ones, and the answers they gave.

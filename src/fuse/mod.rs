@@ -18,6 +18,9 @@
 //! drops its cached pages; an inode the kernel holds was sized when it was looked up, so this
 //! happens only once its size has left the map (after about 2^19 more files were sized).
 //!
+//! When the first file of a sample is read, the vfs may hand its other files to the page cache
+//! (`page_push`, `FUSE_NOTIFY_STORE`), so their reads never become requests.
+//!
 //! `status.json` is the one file whose content changes: it has a zero TTL and a fresh mtime on every `getattr`, and
 //! `FUSE_AUTO_INVAL_DATA` makes the kernel drop its cached pages when the mtime moves.
 
@@ -35,6 +38,7 @@ use fuser::{
 use crate::vfs::{Attr, Ino, Kind, Vfs, VfsError};
 
 mod kernel_mount;
+mod page_push;
 mod waiting;
 pub use kernel_mount::FS_TYPE;
 use waiting::WaitingPool;
@@ -159,6 +163,12 @@ pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &FuseOptions) -> Result<Mou
             tracing::warn!(error = %e, "cannot start a thread to invalidate a file's size");
         }
     }));
+    match page_push::start(session.notifier()) {
+        Ok(push) => vfs.set_push_pages(push),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot start the thread that hands files to the page cache; every file is read through FUSE")
+        }
+    }
     Ok(Mounted { session, path, own })
 }
 

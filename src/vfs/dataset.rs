@@ -31,6 +31,10 @@ pub trait ShardStore: Send + Sync {
     fn sample_len_for_size(&self, _shard: usize, _i: u32) -> Result<Option<u64>, CacheError> {
         Ok(None)
     }
+    /// The verified bytes of sample `i` when they are in memory now (no disk, no store).
+    fn sample_in_memory(&self, _shard: usize, _i: u32) -> Option<Bytes> {
+        None
+    }
     /// Whether the shard can be read now without waiting for the store.
     fn is_resident(&self, shard: usize) -> bool;
     /// Whether sample `i` of the shard can be read now without waiting for the store (the
@@ -62,6 +66,9 @@ impl ShardStore for CachedShards {
     }
     fn is_resident(&self, shard: usize) -> bool {
         self.0.is_resident(shard)
+    }
+    fn sample_in_memory(&self, shard: usize, i: u32) -> Option<Bytes> {
+        self.0.sample_in_memory(shard, i)
     }
     fn can_read_now(&self, shard: usize, i: u32) -> bool {
         self.0.can_read_now(shard, i)
@@ -263,6 +270,34 @@ impl SampleSource for MdsDataset {
                 mds::rendered_len(enc, raw)?,
             ))
         })
+    }
+
+    fn sibling_files(&self, at: &Location, columns: &[u32]) -> Vec<(u32, Bytes)> {
+        let Some((stream, entry)) = self.entry(at) else {
+            return Vec::new();
+        };
+        let Some(encodings) = stream.columns.get(at.shard).map(|c| &c.1) else {
+            return Vec::new();
+        };
+        let Some(raw) = stream.shards.sample_in_memory(at.shard, at.index) else {
+            return Vec::new();
+        };
+        // Bytes that do not split or render are left to the read of that file, which says why.
+        let Ok(ranges) = mds::split_sample(&entry.columns, &raw) else {
+            return Vec::new();
+        };
+        columns
+            .iter()
+            .filter_map(|&c| {
+                let r = ranges.get(c as usize)?.clone();
+                let enc = encodings.get(c as usize)?;
+                if r.start > r.end || r.end > raw.len() {
+                    return None;
+                }
+                let file = mds::render_range(enc, &raw.slice(r), 0, usize::MAX).ok()?;
+                Some((c, file))
+            })
+            .collect()
     }
 
     fn is_resident(&self, at: &Location) -> bool {

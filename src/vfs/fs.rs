@@ -10,6 +10,7 @@ use std::time::{Instant, SystemTime};
 use super::error::{FailedOp, VfsError};
 use super::inode::{ColumnNo, Epoch, Fixed, Ino, LocalRank, Node, Position, SampleId, MAX_EPOCHS};
 use super::names::{file_name, parse_epoch_dir, parse_file_name, parse_rank_dir, width_for};
+use super::push::{self, PushPages, SiblingPush};
 use super::recent::{KnownSizes, Named, RecentNames, SizeState};
 use super::source::{ColumnRead, Location, SampleSource, SourceError};
 use super::status::ErrorLog;
@@ -91,6 +92,10 @@ pub struct Vfs {
     /// Tells the kernel to forget an inode's cached size and pages, then runs the callback
     /// (set by the FUSE layer; used when a size given from unverified bytes turns out wrong).
     forget_size: std::sync::OnceLock<ForgetSize>,
+    /// Hands files to the kernel's page cache (set by the FUSE layer).
+    push_pages: std::sync::OnceLock<PushPages>,
+    /// Which of a sample's other files to hand over when its first is read.
+    push: SiblingPush,
 }
 
 /// Tells the kernel to forget inode `Ino`'s size and pages, then calls the callback.
@@ -131,6 +136,54 @@ impl Vfs {
             recent: RecentNames::default(),
             sizes: Arc::new(KnownSizes::default()),
             forget_size: std::sync::OnceLock::new(),
+            push_pages: std::sync::OnceLock::new(),
+            push: SiblingPush::default(),
+        }
+    }
+
+    /// Sets how to hand a file's bytes to the kernel's page cache (the FUSE layer's store
+    /// notification, from a thread of its own). Without it nothing is handed over. Only the
+    /// first call counts.
+    pub fn set_push_pages(&self, f: PushPages) {
+        let _ = self.push_pages.set(f);
+    }
+
+    /// After the read at offset 0 of column `column` of the sample at `at`: hands the
+    /// sample's other files that readers read (see [`SiblingPush`]) to the kernel's page
+    /// cache when their verified bytes are in memory. A file whose size the kernel was given
+    /// from unverified bytes goes only when its verified bytes have that size (which then
+    /// counts as checked); one whose given size proved wrong does not go (its read says so).
+    fn push_siblings(&self, at: &Location, column: ColumnNo) {
+        let Some(push_pages) = self.push_pages.get() else {
+            return;
+        };
+        let Some(columns) = self.source.columns(at.sample).map(|c| c.len() as u32) else {
+            return;
+        };
+        let wanted = self.push.on_first_read(at.sample, column.0, columns);
+        if wanted.is_empty() {
+            return;
+        }
+        for (c, bytes) in self.source.sibling_files(at, &wanted) {
+            if bytes.is_empty() || bytes.len() > push::MAX_FILE_BYTES {
+                continue;
+            }
+            let col = ColumnNo(c);
+            let len = bytes.len() as u64;
+            match self.sizes.state(at.sample, col) {
+                None => {}
+                Some(SizeState::Verified(n)) if n == len => {}
+                Some(SizeState::Unverified(given)) if given == len => {
+                    self.sizes.record(at.sample, col, len);
+                }
+                Some(_) => continue,
+            }
+            let Some(ino) = Node::SampleFile(SampleId(at.sample), col).ino() else {
+                continue;
+            };
+            if !push_pages(ino, bytes, self.push.counters().clone()) {
+                self.push.counters().dropped();
+            }
         }
     }
 
@@ -587,6 +640,9 @@ impl Vfs {
                         })
                     }
                 };
+                if offset == 0 {
+                    self.push_siblings(&at, c);
+                }
                 if let Some(r) = rank {
                     self.readahead.count_bytes(r.0 as usize, data.len() as u64);
                 }
@@ -707,6 +763,7 @@ impl Vfs {
             readahead: self.readahead_status(),
             cache: self.source.status(),
             read_latency: self.read_latency.snapshot(),
+            page_cache_pushes: self.push.counters().snapshot(),
             memory: crate::cache::process_memory::snapshot(),
         }
     }

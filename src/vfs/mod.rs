@@ -17,6 +17,7 @@ mod error;
 mod fs;
 pub mod inode;
 pub mod names;
+mod push;
 mod recent;
 mod source;
 mod status;
@@ -25,6 +26,7 @@ pub use dataset::{CachedShards, MdsDataset, ShardStore};
 pub use error::VfsError;
 pub use fs::{Attr, DirEntry, Kind, Vfs, VfsConfig};
 pub use inode::Ino;
+pub use push::{PushCounters, PushPages};
 pub use source::{ColumnFile, ColumnRead, Location, SampleSource, SourceError};
 
 #[cfg(test)]

@@ -118,6 +118,13 @@ pub trait SampleSource: Send + Sync {
         let data = self.read(r)?;
         Ok((data, self.file_size(&r.at, r.column)?))
     }
+    /// The whole files of `columns` of the sample at `at`, rendered from its verified bytes
+    /// when those are in memory now (never waits for the disk or the store); columns whose
+    /// bytes are not at hand are left out. For handing a sample's other files to the kernel's
+    /// page cache while the reader reads its first.
+    fn sibling_files(&self, _at: &Location, _columns: &[u32]) -> Vec<(u32, Bytes)> {
+        Vec::new()
+    }
     /// Whether the sample's shard is on local disk now (verified).
     fn is_resident(&self, at: &Location) -> bool;
     /// Whether the sample's bytes can be read now without waiting for the store (its shard on

@@ -6,6 +6,7 @@ mod errnos;
 mod issue38;
 mod metrics;
 mod orders;
+mod page_push;
 mod status;
 mod waiting;
 

@@ -170,6 +170,13 @@ impl ShardCache {
         }
     }
 
+    /// The verified bytes of sample `i` of `shard` when the memory tier holds them now: never
+    /// reads the disk or the store (for handing a sample's other files to the kernel ahead of
+    /// their reads, which is only worth it when the bytes are at hand).
+    pub fn sample_in_memory(&self, shard: usize, i: u32) -> Option<Bytes> {
+        self.memory.sample(shard, i)
+    }
+
     /// Sample `i` without filling the disk tier: memory, else the verified bytes of a fill in
     /// progress (waiting for them: the shard is on its way anyway, and ranged GETs beside its
     /// download would fetch the same bytes twice), else the cached file if resident, else
