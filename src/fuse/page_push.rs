@@ -16,7 +16,7 @@ use fuser::{INodeNo, Notifier};
 use crate::vfs::{Ino, PushCounters, PushPages};
 
 /// Most bytes waiting to be handed over.
-pub const QUEUE_BYTES: usize = 32 << 20;
+pub const QUEUE_BYTES: usize = 8 << 20;
 
 /// Files waiting, and their bytes.
 #[derive(Default)]
