@@ -89,6 +89,16 @@ impl Cursor {
         }
     }
 
+    /// Whether `position` itself was read in this epoch (its bit; positions below `low`
+    /// that were skipped, not read, say no).
+    pub(super) fn was_read(&self, position: u64) -> bool {
+        let map = self.read.read().unwrap_or_else(|e| e.into_inner());
+        usize::try_from(position / 64)
+            .ok()
+            .and_then(|w| map.get(w))
+            .is_some_and(|w| w.load(Relaxed) & (1 << (position % 64)) != 0)
+    }
+
     /// Which positions in `from..to` were read, as a bitmap starting at `from` (positions
     /// below `low` count as read).
     pub(super) fn read_between(&self, from: u64, to: u64) -> ShardSet {

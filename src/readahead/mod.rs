@@ -109,10 +109,11 @@ pub trait ShardSource: Send + Sync {
     }
 }
 
-/// At a cold start the urgent fetches (the shards the first reads wait for) run alone until
-/// the first of them ends, at most this long: on a host whose cores are busy receiving, four
-/// shards started at once each arrive four times later, and the first file waits for all of
-/// them instead of one.
+/// At a cold start the urgent fetches (the shard of each rank's lowest position a reader
+/// waits for) run alone until the first of them ends, at most this long: on a host whose cores
+/// are busy receiving, four shards started at once each arrive four times later, and the first
+/// file waits for all of them instead of one. Reads that would fetch other shards (a loader's
+/// other workers, a batch further on) are held as long ([`Readahead::hold_for_first_fetch`]).
 pub const FIRST_FETCHES_ALONE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Tuning of the scheduler.
@@ -325,6 +326,26 @@ impl Readahead {
         }
     }
 
+    /// At a cold start, holds a read about to fetch `shard` (its sample neither on disk nor
+    /// in memory) until the first fetch has ended, at most [`FIRST_FETCHES_ALONE`], unless
+    /// `shard` is one that fetch is for (the shard of a rank's next unread position). The
+    /// first file then has the link and the CPUs to itself: a loader's workers start at
+    /// positions a batch apart, each in another shard, and their reads would otherwise fetch
+    /// those shards side by side and all get them late. Returns at once after the first fetch.
+    pub fn hold_for_first_fetch(&self, shard: u32) {
+        let q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
+        if q.first_done {
+            return;
+        }
+        let _ = self
+            .inner
+            .wake_fetchers
+            .wait_timeout_while(q, FIRST_FETCHES_ALONE, |q| {
+                !q.first_done && !q.stop && !q.urgent.contains(&shard)
+            })
+            .unwrap_or_else(|e| e.into_inner());
+    }
+
     /// Tells the scheduler that local rank `rank` opened (looked up) `position` of `epoch`.
     ///
     /// A sample file is one inode wherever it appears, so the kernel may serve a reopened
@@ -436,7 +457,7 @@ impl Inner {
 
     fn plan_loop(&self) {
         loop {
-            let (generation, asked) = {
+            let (generation, asked, cold_start) = {
                 let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
                 while !q.stop && q.planned == q.generation && q.advice == q.advice_done {
                     q = self.wake_planner.wait(q).unwrap_or_else(|e| e.into_inner());
@@ -453,14 +474,14 @@ impl Inner {
                     q.advice_done = q.advice_done.max(asked);
                     continue;
                 }
-                (q.generation, q.advice)
+                (q.generation, q.advice, !q.first_done)
             };
             let Plan {
                 next_use,
                 wanted,
                 later,
                 urgent,
-            } = self.plan();
+            } = self.plan(cold_start);
             self.next_use.replace(next_use);
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             let pending: VecDeque<u32> = wanted
@@ -526,9 +547,12 @@ impl Inner {
             let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.in_flight.remove(&shard);
             if !q.first_done {
-                // The first fetch has ended: the prefetches held back may go.
+                // The first fetch has ended: the prefetches held back may go, and the plan
+                // is made again without the cold start's blocked positions.
                 q.first_done = true;
+                q.generation += 1;
                 self.wake_fetchers.notify_all();
+                self.wake_planner.notify_one();
             }
         }
     }

@@ -13,6 +13,8 @@ struct Counting {
     advised: Mutex<Vec<u64>>,
     /// Advice taken at most (then `Full`), when set.
     room: Mutex<Option<usize>>,
+    /// How long each fetch takes.
+    fetch_delay: Mutex<Duration>,
 }
 
 impl Counting {
@@ -24,6 +26,7 @@ impl Counting {
             fetches: Mutex::new(Vec::new()),
             advised: Mutex::new(Vec::new()),
             room: Mutex::new(None),
+            fetch_delay: Mutex::new(Duration::ZERO),
         })
     }
 }
@@ -39,6 +42,8 @@ impl ShardSource for Counting {
         self.resident.lock().unwrap().contains(&shard)
     }
     fn fetch(&self, shard: u32, _urgent: bool) -> Result<(), crate::cache::CacheError> {
+        let delay = *self.fetch_delay.lock().unwrap();
+        std::thread::sleep(delay);
         self.fetches.lock().unwrap().push(shard);
         self.resident.lock().unwrap().insert(shard);
         Ok(())
@@ -132,6 +137,41 @@ fn setup_counting(
         },
     );
     (ra, src, computed)
+}
+
+#[test]
+fn at_a_cold_start_a_read_of_another_shard_waits_for_the_first_fetch() {
+    let (ra, src) = setup(vec![(0..100).collect()], 300);
+    *src.fetch_delay.lock().unwrap() = Duration::from_secs(1);
+    let t0 = Instant::now();
+    ra.on_read(0, 0, 0);
+    // The shard of the next unread position goes once the plan names it.
+    ra.hold_for_first_fetch(0);
+    assert!(t0.elapsed() < Duration::from_millis(800));
+    assert!(!src.is_resident(0));
+    // Another shard's read waits until that fetch has ended, not for the time limit.
+    ra.hold_for_first_fetch(5);
+    assert!(src.is_resident(0));
+    assert!(t0.elapsed() < FIRST_FETCHES_ALONE);
+    // After the first fetch nothing waits.
+    let t1 = Instant::now();
+    ra.hold_for_first_fetch(7);
+    assert!(t1.elapsed() < Duration::from_millis(500));
+}
+
+#[test]
+fn at_a_cold_start_the_shard_a_reader_is_blocked_on_comes_first() {
+    // Position p holds sample 99 - p: positions 0..10 in shard 9, 10..20 in shard 8, 35 in 6.
+    let (ra, src) = setup(vec![(0..100).rev().collect()], 1 << 20);
+    *src.fetch_delay.lock().unwrap() = Duration::from_secs(5);
+    for p in (0..10).chain([35]) {
+        ra.on_read(0, 0, p);
+    }
+    // Readers wait at positions 0..10 and 35 (none of their shards is on disk): the first of
+    // them, not the next unread position (10, shard 8), is what comes first at a cold start.
+    assert_eq!(ra.inner.plan(true).urgent, HashSet::from([9]));
+    // After the start, the next unread position's shard.
+    assert_eq!(ra.inner.plan(false).urgent, HashSet::from([8]));
 }
 
 #[test]

@@ -17,7 +17,7 @@ impl Inner {
     /// stream's share of the budget, so the plan never covers more than the budget (nor any
     /// stream's cache more than its part), however many ranks there are. A rank whose first
     /// shard alone is larger than its share may still take it, if the total allows.
-    pub(super) fn plan(&self) -> Plan {
+    pub(super) fn plan(&self, cold_start: bool) -> Plan {
         let ranks = self.cursors.len().max(1) as u64;
         let budget = self.opts.budget_bytes;
         let per_rank = budget / ranks;
@@ -52,6 +52,7 @@ impl Inner {
             let epoch = c.epoch.load(Relaxed);
             c.planned_at.store(pos, Relaxed);
             let mut seen = ShardSet::default();
+            let mut rank_blocked = false;
             let mut bytes = 0u64;
             // The walk starts at the lowest position still to be read (slower workers) or
             // BACK_MARGIN behind the cursor, whichever is further back. Positions read are
@@ -93,7 +94,19 @@ impl Inner {
                     let Some(shard) = self.shards.shard_of(sample) else {
                         continue;
                     };
-                    if done {
+                    // At a cold start (before the first fetch has ended), a rank's lowest
+                    // position read but not on disk is one a reader is blocked on: it is
+                    // planned as the rank's next position (distance 0, the urgent fetch),
+                    // not passed over. Later such a shard may be one evicted after its reads,
+                    // no reason to fetch it.
+                    let blocked = done
+                        && cold_start
+                        && !rank_blocked
+                        && c.was_read(start0.saturating_add(here))
+                        && !self.shards.is_resident(shard);
+                    if blocked {
+                        rank_blocked = true;
+                    } else if done {
                         // Read already: a worker may still be reading its other files.
                         if start0.saturating_add(here).saturating_add(BACK_MARGIN) >= pos
                             && self.shards.is_resident(shard)

@@ -616,6 +616,9 @@ impl Vfs {
                     None
                 };
                 let at = self.locate(s.0)?;
+                if rank.is_some() && !self.source.can_read_now(&at) {
+                    self.readahead.hold_for_first_fetch(at.global_shard);
+                }
                 let data = match state {
                     None | Some(SizeState::Verified(_)) => {
                         let r = ColumnRead {
