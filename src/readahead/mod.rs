@@ -98,8 +98,8 @@ pub trait ShardSource: Send + Sync {
     fn is_resident(&self, shard: u32) -> bool;
     /// Makes the shard resident, blocking until it is (does not keep it pinned); may return
     /// `Ok` without fetching when the cache has no room for it now (a prefetch never waits).
-    /// `urgent`: a reader is about to block on it (it holds the sample of the next position a
-    /// rank has still to read), so its download goes first, as a read's would.
+    /// `urgent`: a reader is about to block on it, or at a cold start is blocked on it (see
+    /// `Plan::urgent`), so its download goes first, as a read's would.
     fn fetch(&self, shard: u32, urgent: bool) -> Result<(), CacheError>;
     /// Starts loading global sample `sample` from local disk into memory when its shard is
     /// resident (a hint: never blocks, never fetches). [`Advice::Full`] asks to be asked again
@@ -177,7 +177,8 @@ struct Plan {
     wanted: Vec<u32>,
     later: HashSet<u32>,
     /// Wanted shards a reader is about to block on: the shard of each rank's next position
-    /// still to be read (the positions being read are not counted: their readers fill their
+    /// still to be read; at a cold start, the shard of its lowest position a reader is
+    /// blocked on (later, the positions being read are not counted: their readers fill their
     /// shards themselves). Only that one: in a fully shuffled epoch each position's sample is
     /// in another shard, and more urgent shards would share the link as prefetches do.
     urgent: HashSet<u32>,
@@ -328,7 +329,7 @@ impl Readahead {
 
     /// At a cold start, holds a read about to fetch `shard` (its sample neither on disk nor
     /// in memory) until the first fetch has ended, at most [`FIRST_FETCHES_ALONE`], unless
-    /// `shard` is one that fetch is for (the shard of a rank's next unread position). The
+    /// `shard` is one that fetch is for (the shard a rank's lowest waiting read needs). The
     /// first file then has the link and the CPUs to itself: a loader's workers start at
     /// positions a batch apart, each in another shard, and their reads would otherwise fetch
     /// those shards side by side and all get them late. Returns at once after the first fetch.

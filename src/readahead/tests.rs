@@ -145,7 +145,7 @@ fn at_a_cold_start_a_read_of_another_shard_waits_for_the_first_fetch() {
     *src.fetch_delay.lock().unwrap() = Duration::from_secs(1);
     let t0 = Instant::now();
     ra.on_read(0, 0, 0);
-    // The shard of the next unread position goes once the plan names it.
+    // The shard the reader at position 0 waits for goes once the plan names it.
     ra.hold_for_first_fetch(0);
     assert!(t0.elapsed() < Duration::from_millis(800));
     assert!(!src.is_resident(0));

@@ -11,7 +11,9 @@ use std::sync::Arc;
 
 use bytes::Bytes;
 
-use super::source::{ColumnFile, ColumnRead, Location, SampleSource, ShardError, SourceError};
+use super::source::{
+    ColumnFile, ColumnRead, ColumnSet, Location, SampleSource, ShardError, SourceError,
+};
 use crate::cache::{CacheError, ShardCache};
 use crate::mds;
 use crate::plan::SampleMap;
@@ -272,7 +274,7 @@ impl SampleSource for MdsDataset {
         })
     }
 
-    fn sibling_files(&self, at: &Location, columns: &[u32]) -> Vec<(u32, Bytes)> {
+    fn sibling_files(&self, at: &Location, columns: ColumnSet) -> Vec<(u32, Bytes)> {
         let Some((stream, entry)) = self.entry(at) else {
             return Vec::new();
         };
@@ -286,11 +288,12 @@ impl SampleSource for MdsDataset {
         let Ok(ranges) = mds::split_sample(&entry.columns, &raw) else {
             return Vec::new();
         };
-        columns
-            .iter()
-            .filter_map(|&c| {
-                let r = ranges.get(c as usize)?.clone();
-                let enc = encodings.get(c as usize)?;
+        ranges
+            .into_iter()
+            .zip(encodings)
+            .zip(0u32..)
+            .filter(|(_, c)| columns.contains(*c))
+            .filter_map(|((r, enc), c)| {
                 if r.start > r.end || r.end > raw.len() {
                     return None;
                 }

@@ -157,14 +157,11 @@ impl Vfs {
         let Some(push_pages) = self.push_pages.get() else {
             return;
         };
-        let Some(columns) = self.source.columns(at.sample).map(|c| c.len() as u32) else {
-            return;
-        };
-        let wanted = self.push.on_first_read(at.sample, column.0, columns);
+        let wanted = self.push.on_first_read(at.sample, column.0);
         if wanted.is_empty() {
             return;
         }
-        for (c, bytes) in self.source.sibling_files(at, &wanted) {
+        for (c, bytes) in self.source.sibling_files(at, wanted) {
             if bytes.is_empty() || bytes.len() > push::MAX_FILE_BYTES {
                 continue;
             }

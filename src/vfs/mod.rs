@@ -27,7 +27,7 @@ pub use error::VfsError;
 pub use fs::{Attr, DirEntry, Kind, Vfs, VfsConfig};
 pub use inode::Ino;
 pub use push::{PushCounters, PushPages};
-pub use source::{ColumnFile, ColumnRead, Location, SampleSource, SourceError};
+pub use source::{ColumnFile, ColumnRead, ColumnSet, Location, SampleSource, SourceError};
 
 #[cfg(test)]
 mod tests;

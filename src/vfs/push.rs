@@ -21,6 +21,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::inode::Ino;
+use super::source::ColumnSet;
 use crate::status::PagePushStatus;
 
 /// Reads at offset 0 per cycle: the first [`LEARN`] learn which columns are read, the rest
@@ -106,10 +107,10 @@ impl Default for SiblingPush {
 }
 
 impl SiblingPush {
-    /// Counts a read at offset 0 of column `column` of `sample` (of a sample with `columns`
-    /// columns), and returns the other columns to hand over now: none while learning, none
-    /// when this sample's were handed over already.
-    pub fn on_first_read(&self, sample: u64, column: u32, columns: u32) -> Vec<u32> {
+    /// Counts a read at offset 0 of column `column` of `sample`, and returns the other
+    /// columns to hand over now: none while learning, none when this sample's were handed over
+    /// already. No allocation: it runs on every such read.
+    pub fn on_first_read(&self, sample: u64, column: u32) -> ColumnSet {
         let tick = self.ticks.fetch_add(1, Relaxed) % CYCLE;
         if tick == 0 {
             // A new cycle: learn again from reads that all come through us.
@@ -126,18 +127,17 @@ impl SiblingPush {
         if tick == LEARN {
             self.learn();
         }
-        if tick < LEARN || columns < 2 {
-            return Vec::new();
+        if tick < LEARN {
+            return ColumnSet::default();
         }
-        let wanted: Vec<u32> = (0..columns.min(COLUMNS as u32))
-            .filter(|&c| c != column && self.is_wanted(c))
-            .collect();
+        let mut wanted = ColumnSet::from_words(self.wanted.each_ref().map(|w| w.load(Relaxed)));
+        wanted.remove(column);
         if wanted.is_empty() {
             return wanted;
         }
         let slot = &self.recent[(sample % RECENT as u64) as usize];
         if slot.swap(sample.wrapping_add(1), Relaxed) == sample.wrapping_add(1) {
-            return Vec::new();
+            return ColumnSet::default();
         }
         wanted
     }
@@ -154,13 +154,6 @@ impl SiblingPush {
         }
     }
 
-    fn is_wanted(&self, column: u32) -> bool {
-        let c = column as usize;
-        self.wanted
-            .get(c / 64)
-            .is_some_and(|w| w.load(Relaxed) & (1 << (c % 64)) != 0)
-    }
-
     /// The counters the FUSE layer's thread records into.
     pub fn counters(&self) -> &Arc<PushCounters> {
         &self.counters
@@ -173,14 +166,22 @@ mod tests {
 
     /// Reads `n` samples from `first`, each column of `read` at offset 0 in that order;
     /// returns what each read said to hand over.
-    fn read_samples(p: &SiblingPush, first: u64, n: u64, read: &[u32]) -> Vec<Vec<u32>> {
+    fn read_samples(p: &SiblingPush, first: u64, n: u64, read: &[u32]) -> Vec<ColumnSet> {
         let mut out = Vec::new();
         for s in first..first + n {
             for &c in read {
-                out.push(p.on_first_read(s, c, 3));
+                out.push(p.on_first_read(s, c));
             }
         }
         out
+    }
+
+    fn set(columns: &[u32]) -> ColumnSet {
+        let mut s = ColumnSet::default();
+        for &c in columns {
+            s.insert(c);
+        }
+        s
     }
 
     #[test]
@@ -188,22 +189,24 @@ mod tests {
         let p = SiblingPush::default();
         // Columns 0 and 2 of three are read; the learning pause is LEARN reads.
         let learning = read_samples(&p, 0, LEARN / 2, &[0, 2]);
-        assert!(learning.iter().all(Vec::is_empty));
+        assert!(learning.iter().all(ColumnSet::is_empty));
         // From here the first read of a sample hands over the other column read, once.
         let after = read_samples(&p, 1000, 4, &[0, 2]);
-        assert_eq!(after[0], vec![2]);
+        assert_eq!(after[0], set(&[2]));
         assert!(
             after[1].is_empty(),
             "the sample's files were handed over already"
         );
-        assert_eq!(after[2], vec![2]);
+        assert_eq!(after[2], set(&[2]));
     }
 
     #[test]
     fn a_column_that_is_not_read_is_not_handed_over() {
         let p = SiblingPush::default();
         read_samples(&p, 0, LEARN, &[1]);
-        assert!(read_samples(&p, 5000, 3, &[1]).iter().all(Vec::is_empty));
+        assert!(read_samples(&p, 5000, 3, &[1])
+            .iter()
+            .all(ColumnSet::is_empty));
     }
 
     #[test]
@@ -215,7 +218,9 @@ mod tests {
         read_samples(&p, 100_000, rest, &[0]);
         // A new cycle: the reader now reads column 0 only, so nothing is handed over.
         read_samples(&p, 200_000, LEARN, &[0]);
-        assert!(read_samples(&p, 300_000, 3, &[0]).iter().all(Vec::is_empty));
+        assert!(read_samples(&p, 300_000, 3, &[0])
+            .iter()
+            .all(ColumnSet::is_empty));
     }
 
     #[test]

@@ -27,6 +27,43 @@ impl ColumnFile {
     }
 }
 
+/// A set of column numbers (0..256, as an inode number holds them), one bit each.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ColumnSet([u64; 4]);
+
+impl ColumnSet {
+    /// The set whose bits are `words` (column `c` is bit `c % 64` of word `c / 64`).
+    pub fn from_words(words: [u64; 4]) -> Self {
+        Self(words)
+    }
+
+    /// Adds column `c` (ignored past 255).
+    pub fn insert(&mut self, c: u32) {
+        if let Some(w) = self.0.get_mut(c as usize / 64) {
+            *w |= 1 << (c % 64);
+        }
+    }
+
+    /// Removes column `c`.
+    pub fn remove(&mut self, c: u32) {
+        if let Some(w) = self.0.get_mut(c as usize / 64) {
+            *w &= !(1 << (c % 64));
+        }
+    }
+
+    /// Whether column `c` is in the set.
+    pub fn contains(&self, c: u32) -> bool {
+        self.0
+            .get(c as usize / 64)
+            .is_some_and(|w| w & (1 << (c % 64)) != 0)
+    }
+
+    /// Whether the set is empty.
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|&w| w == 0)
+    }
+}
+
 /// A read of one sample file: up to `size` bytes from `offset` of column `column` of the
 /// sample at `at`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -122,7 +159,7 @@ pub trait SampleSource: Send + Sync {
     /// when those are in memory now (never waits for the disk or the store); columns whose
     /// bytes are not at hand are left out. For handing a sample's other files to the kernel's
     /// page cache while the reader reads its first.
-    fn sibling_files(&self, _at: &Location, _columns: &[u32]) -> Vec<(u32, Bytes)> {
+    fn sibling_files(&self, _at: &Location, _columns: ColumnSet) -> Vec<(u32, Bytes)> {
         Vec::new()
     }
     /// Whether the sample's shard is on local disk now (verified).
