@@ -21,7 +21,7 @@ use super::index::{Column, Compression, Index};
 use super::pyjson::dumps_sorted;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// What to write: columns (any order; stored sorted by name), compression, hashes, size limit.
 #[derive(Debug, Clone)]
@@ -146,25 +146,15 @@ impl ShardSpec {
     /// `index.json` entry. Depends on nothing but the shard, so shards seal in parallel.
     pub fn seal(&self, shard: RawShard) -> Result<SealedShard> {
         let raw_name = format!("shard.{:05}.mds", shard.number);
-        let raw_info = self.file_info(&raw_name, &shard.bytes)?;
-        let (file, raw, zip_info) = match &self.config.compression {
+        let raw_info = self.file_info(&raw_name, shard.bytes())?;
+        let (basename, zip, zip_info) = match &self.config.compression {
             Some(c) => {
-                let zip = compress(c, &shard.bytes)?;
+                let zip = compress(c, shard.bytes())?;
                 let zip_name = format!("{raw_name}.{}", c.extension());
                 let info = self.file_info(&zip_name, &zip)?;
-                let file = OutputFile {
-                    basename: zip_name,
-                    data: zip,
-                };
-                (file, Some(shard.bytes), info)
+                (zip_name, Some(zip), info)
             }
-            None => {
-                let file = OutputFile {
-                    basename: raw_name,
-                    data: shard.bytes,
-                };
-                (file, None, Value::Null)
-            }
+            None => (raw_name, None, Value::Null),
         };
         let mut entry = Self::config_value(&self.config, &self.columns);
         if let Value::Object(m) = &mut entry {
@@ -175,8 +165,9 @@ impl ShardSpec {
         Ok(SealedShard {
             number: shard.number,
             samples: shard.samples,
-            file,
-            raw,
+            basename,
+            raw: shard,
+            zip,
             entry,
         })
     }
@@ -186,28 +177,59 @@ impl ShardSpec {
 /// entry is written key-sorted by [`index_json`] and read back by [`crate::mds::Index`]).
 pub type IndexEntry = Value;
 
-/// One raw (uncompressed) shard, cut by [`ShardBuilder`].
+/// One raw (uncompressed) shard, cut by [`ShardBuilder`]: the bytes `buf[start..]` of the
+/// buffer it was built in (the builder writes the samples first and the header in front of
+/// them once their count is known; see [`ShardBuilder`]).
 #[derive(Debug)]
 pub struct RawShard {
     /// Shard number: its basename is `shard.{number:05}.mds`.
     pub number: usize,
     /// Samples it holds.
     pub samples: usize,
-    /// The shard file's bytes.
-    pub bytes: Vec<u8>,
+    buf: Vec<u8>,
+    start: usize,
 }
 
-/// One shard ready to store: the file (compressed when configured) and its index entry.
+impl RawShard {
+    /// The shard file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        &self.buf[self.start..]
+    }
+
+    /// The shard file's bytes as a vector of their own.
+    pub fn into_vec(mut self) -> Vec<u8> {
+        self.buf.drain(..self.start);
+        self.buf
+    }
+
+    /// The whole buffer the shard was built in, to build another one in ([`ShardBuffers`]).
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.buf
+    }
+}
+
+impl AsRef<[u8]> for RawShard {
+    fn as_ref(&self) -> &[u8] {
+        self.bytes()
+    }
+}
+
+/// One shard ready to store: its file name, the raw shard, the compressed bytes when
+/// configured, and its index entry.
 #[derive(Debug)]
 pub struct SealedShard {
     /// Shard number.
     pub number: usize,
     /// Samples it holds.
     pub samples: usize,
-    /// The file to store under `file.basename`.
-    pub file: OutputFile,
-    /// The raw bytes when `file` holds compressed ones (None when the file is the raw shard).
-    pub raw: Option<Vec<u8>>,
+    /// The stored file's name (`shard.NNNNN.mds`, with the compression's extension when
+    /// compressing).
+    pub basename: String,
+    /// The raw shard.
+    pub raw: RawShard,
+    /// The compressed shard (the stored file) when compressing; None when the raw shard is
+    /// the stored file.
+    pub zip: Option<Vec<u8>>,
     /// The shard's `index.json` entry.
     pub entry: IndexEntry,
 }
@@ -215,7 +237,12 @@ pub struct SealedShard {
 impl SealedShard {
     /// The raw shard bytes.
     pub fn raw_bytes(&self) -> &[u8] {
-        self.raw.as_deref().unwrap_or(&self.file.data)
+        self.raw.bytes()
+    }
+
+    /// The bytes of the file to store under [`SealedShard::basename`].
+    pub fn stored(&self) -> &[u8] {
+        self.zip.as_deref().unwrap_or(self.raw.bytes())
     }
 }
 
@@ -224,17 +251,66 @@ pub fn index_json(entries: &[IndexEntry]) -> Vec<u8> {
     dumps_sorted(&json!({"shards": entries, "version": 2})).into_bytes()
 }
 
+/// Spare shard buffers shared by a [`ShardBuilder`] and whoever stores its shards: a stored
+/// shard's buffer comes back ([`ShardBuffers::give`]) and the builder fills a later shard in
+/// it, so a long pack does not map, fault in and zero fresh pages for every shard. Holds at
+/// most the number of buffers it was made for; a buffer given beyond that is freed.
+#[derive(Debug, Clone)]
+pub struct ShardBuffers {
+    spare: Arc<Mutex<Vec<Vec<u8>>>>,
+    keep: usize,
+}
+
+impl ShardBuffers {
+    /// A pool that keeps up to `keep` spare buffers.
+    pub fn new(keep: usize) -> ShardBuffers {
+        ShardBuffers {
+            spare: Arc::new(Mutex::new(Vec::new())),
+            keep,
+        }
+    }
+
+    /// Gives a buffer back for a later shard.
+    pub fn give(&self, mut buf: Vec<u8>) {
+        buf.clear();
+        let mut spare = self.spare.lock().unwrap_or_else(|e| e.into_inner());
+        if spare.len() < self.keep {
+            spare.push(buf);
+        }
+    }
+
+    fn take(&self) -> Option<Vec<u8>> {
+        self.spare.lock().unwrap_or_else(|e| e.into_inner()).pop()
+    }
+}
+
+/// Samples a shard's header is first sized for when nothing better is known.
+const FIRST_GUESS: usize = 1024;
+/// Bytes a new shard buffer is made with at most (it grows past that if it has to).
+const MAX_FIRST_CAPACITY: u64 = 256 << 20;
+
 /// Cuts samples into raw shards exactly where MDSWriter cuts them, holding only the current
 /// shard's samples in memory.
+///
+/// Each shard is built in one buffer, in place: the samples are written after room left for
+/// the header (the sample count, the offsets and the config), sized from the previous shard's
+/// sample count; when the shard is cut the header is written just in front of the samples, so
+/// the shard is the tail of the buffer and no byte is copied again (a shard with more samples
+/// than the room was made for moves its samples once). Buffers come from [`ShardBuffers`]
+/// when one is given.
 #[derive(Debug)]
 pub struct ShardBuilder {
     spec: Arc<ShardSpec>,
-    /// The current shard's sample bytes, back to back.
-    body: Vec<u8>,
-    /// End of each sample in `body`.
+    /// The current shard: `reserved` bytes of room for its header, then its samples.
+    buf: Vec<u8>,
+    reserved: usize,
+    /// End of each sample, counted from `reserved`.
     ends: Vec<u64>,
     shard_size: u64,
     next_number: usize,
+    /// Samples of the last shard cut (the guess for the next one's header room).
+    last_samples: usize,
+    buffers: Option<ShardBuffers>,
 }
 
 impl ShardBuilder {
@@ -243,11 +319,20 @@ impl ShardBuilder {
         let shard_size = 8 + spec.config_json.len() as u64;
         ShardBuilder {
             spec,
-            body: Vec::new(),
+            buf: Vec::new(),
+            reserved: 0,
             ends: Vec::new(),
             shard_size,
             next_number: first_number,
+            last_samples: 0,
+            buffers: None,
         }
+    }
+
+    /// Builds shards in buffers taken from (and meant to be given back to) `buffers`.
+    pub fn with_buffers(mut self, buffers: ShardBuffers) -> ShardBuilder {
+        self.buffers = Some(buffers);
+        self
     }
 
     /// The shared configuration.
@@ -258,6 +343,31 @@ impl ShardBuilder {
     /// Samples in the shard being filled.
     pub fn pending_samples(&self) -> usize {
         self.ends.len()
+    }
+
+    /// Bytes of a shard header for `n` samples.
+    fn header_len(&self, n: usize) -> usize {
+        4 + 4 * (n + 1) + self.spec.config_json.len()
+    }
+
+    /// Makes room for the header of the shard a first sample of `size` bytes starts.
+    fn start_shard(&mut self, size: u64) {
+        let guess = match (self.last_samples, self.spec.config.size_limit) {
+            (0, Some(limit)) if limit > 0 => (limit / size.max(1)).min(1 << 24) as usize,
+            (0, _) => FIRST_GUESS,
+            (n, _) => n + n / 8,
+        };
+        self.reserved = self.header_len(guess + 16);
+        if self.buf.capacity() == 0 {
+            if let Some(b) = self.buffers.as_ref().and_then(ShardBuffers::take) {
+                self.buf = b;
+            } else if let Some(limit) = self.spec.config.size_limit.filter(|&l| l > 0) {
+                let want = (limit + self.reserved as u64).min(MAX_FIRST_CAPACITY);
+                self.buf = Vec::with_capacity(want as usize);
+            }
+        }
+        self.buf.clear();
+        self.buf.resize(self.reserved, 0);
     }
 
     /// Adds one sample, given each column's stored bytes in [`ShardSpec::columns`] order.
@@ -299,15 +409,18 @@ impl ShardBuilder {
                 closed = Some(self.cut()?);
             }
         }
+        if self.ends.is_empty() {
+            self.start_shard(size);
+        }
         for (c, v) in columns.iter().zip(values) {
             if c.size.is_none() {
-                self.body.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                self.buf.extend_from_slice(&(v.len() as u32).to_le_bytes());
             }
         }
         for v in values {
-            self.body.extend_from_slice(v);
+            self.buf.extend_from_slice(v);
         }
-        self.ends.push(self.body.len() as u64);
+        self.ends.push((self.buf.len() - self.reserved) as u64);
         self.shard_size += size;
         Ok(closed)
     }
@@ -315,29 +428,48 @@ impl ShardBuilder {
     /// Closes the current shard (even an empty one) and starts the next.
     fn cut(&mut self) -> Result<RawShard> {
         let n = self.ends.len();
-        let config = self.spec.config_json.as_bytes();
-        let base = 4 + 4 * (n as u64 + 1) + config.len() as u64;
-        let total = base + self.body.len() as u64;
+        if n == 0 {
+            // An empty shard (MDSWriter flushes one before a first sample over the limit).
+            self.buf.clear();
+            self.reserved = 0;
+        }
+        let head = self.header_len(n);
+        let body = self.buf.len() - self.reserved;
+        let total = (head + body) as u64;
         if total > u64::from(u32::MAX) {
             return Err(werr("shard exceeds 4 GiB; set a smaller size_limit"));
         }
-        let mut raw = Vec::with_capacity(total as usize);
-        raw.extend_from_slice(&(n as u32).to_le_bytes());
-        raw.extend_from_slice(&(base as u32).to_le_bytes());
-        for &end in &self.ends {
-            raw.extend_from_slice(&((base + end) as u32).to_le_bytes());
+        let start = match self.reserved.checked_sub(head) {
+            Some(start) => start,
+            None => {
+                // More samples than the room was made for: move them behind the header.
+                let (from, to) = (self.reserved, self.buf.len());
+                self.buf.resize(head + body, 0);
+                self.buf.copy_within(from..to, head);
+                0
+            }
+        };
+        let base = head as u32;
+        let header = &mut self.buf[start..start + head];
+        let (count, rest) = header.split_at_mut(4);
+        count.copy_from_slice(&(n as u32).to_le_bytes());
+        let (offsets, config) = rest.split_at_mut(4 * (n + 1));
+        let ends = std::iter::once(0).chain(self.ends.iter().copied());
+        for (slot, end) in offsets.chunks_exact_mut(4).zip(ends) {
+            slot.copy_from_slice(&(base + end as u32).to_le_bytes());
         }
-        raw.extend_from_slice(config);
-        raw.extend_from_slice(&self.body);
+        config.copy_from_slice(self.spec.config_json.as_bytes());
         let shard = RawShard {
             number: self.next_number,
             samples: n,
-            bytes: raw,
+            buf: std::mem::take(&mut self.buf),
+            start,
         };
         self.next_number += 1;
-        self.body.clear();
+        self.last_samples = n;
         self.ends.clear();
-        self.shard_size = 8 + config.len() as u64;
+        self.reserved = 0;
+        self.shard_size = 8 + self.spec.config_json.len() as u64;
         Ok(shard)
     }
 
@@ -386,14 +518,18 @@ impl Writer {
     }
 
     fn keep(&mut self, shard: RawShard) -> Result<()> {
-        let sealed = self.builder.spec.seal(shard)?;
-        let raw = match sealed.raw {
-            Some(raw) => raw,
-            None => sealed.file.data.clone(),
-        };
+        let SealedShard {
+            basename,
+            raw,
+            zip,
+            entry,
+            ..
+        } = self.builder.spec.seal(shard)?;
+        let raw = raw.into_vec();
+        let data = zip.unwrap_or_else(|| raw.clone());
         self.raw_shards.push(raw);
-        self.files.push(sealed.file);
-        self.entries.push(sealed.entry);
+        self.files.push(OutputFile { basename, data });
+        self.entries.push(entry);
         Ok(())
     }
 

@@ -15,9 +15,10 @@
 
 use super::error::{PackError, Result};
 use crate::store::put::{DestStore, PutStore};
+use bytes::Bytes;
 use std::collections::BTreeSet;
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// Prefix of the temporary files a local pack writes before renaming.
 const TMP_PREFIX: &str = ".shardfs-pack-tmp.";
@@ -109,21 +110,16 @@ impl Dest {
     /// Writes one file whole under `name` (atomically: see the module note).
     pub fn put(&self, name: &str, data: &[u8]) -> Result<()> {
         match self {
-            Dest::Local(p) => {
-                let tmp = p.join(format!("{TMP_PREFIX}{name}"));
-                let path = p.join(name);
-                let write = || -> std::io::Result<()> {
-                    let mut f = std::fs::File::create(&tmp)?;
-                    f.write_all(data)?;
-                    f.sync_all()?;
-                    std::fs::rename(&tmp, &path)
-                };
-                write().map_err(|e| {
-                    let _ = std::fs::remove_file(&tmp);
-                    PackError::io(path.display(), e)
-                })
-            }
+            Dest::Local(p) => write_local(p, name, data),
             Dest::Store(s) => Ok(s.put(name, data)?),
+        }
+    }
+
+    /// [`Dest::put`] of bytes a store upload keeps (and sends) without copying them.
+    pub fn put_bytes(&self, name: &str, data: Bytes) -> Result<()> {
+        match self {
+            Dest::Local(p) => write_local(p, name, &data),
+            Dest::Store(s) => Ok(s.put_bytes(name, data)?),
         }
     }
 
@@ -170,4 +166,20 @@ impl Dest {
             Dest::Store(s) => Ok(s.delete(name)?),
         }
     }
+}
+
+/// Writes `data` to `dir/name` through a synced temporary file renamed into place.
+fn write_local(dir: &Path, name: &str, data: &[u8]) -> Result<()> {
+    let tmp = dir.join(format!("{TMP_PREFIX}{name}"));
+    let path = dir.join(name);
+    let write = || -> std::io::Result<()> {
+        let mut f = std::fs::File::create(&tmp)?;
+        f.write_all(data)?;
+        f.sync_all()?;
+        std::fs::rename(&tmp, &path)
+    };
+    write().map_err(|e| {
+        let _ = std::fs::remove_file(&tmp);
+        PackError::io(path.display(), e)
+    })
 }

@@ -40,8 +40,9 @@ pub use error::{InputError, OptionError, PackError, Result, TarFault};
 pub use merge::merge;
 pub use source::{Format, Input, SampleSource};
 
-use crate::mds::writer::{index_json, RawShard, ShardBuilder, ShardSpec};
+use crate::mds::writer::{index_json, RawShard, ShardBuffers, ShardBuilder, ShardSpec};
 use crate::mds::{Compression, Encoding, WriterConfig};
+use bytes::Bytes;
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -272,6 +273,27 @@ pub fn writers(dest: &Dest, threads: usize, size_limit: u64) -> usize {
     }
 }
 
+/// A raw shard lent to the upload as its body ([`Bytes::from_owner`]): its buffer goes back to
+/// the builder's [`ShardBuffers`] once the last reference to the body is dropped.
+struct Lent {
+    raw: Option<RawShard>,
+    buffers: ShardBuffers,
+}
+
+impl AsRef<[u8]> for Lent {
+    fn as_ref(&self) -> &[u8] {
+        self.raw.as_ref().map_or(&[], RawShard::bytes)
+    }
+}
+
+impl Drop for Lent {
+    fn drop(&mut self) {
+        if let Some(raw) = self.raw.take() {
+            self.buffers.give(raw.into_buffer());
+        }
+    }
+}
+
 /// What a worker reports for one shard it stored.
 struct Stored {
     /// The shard's number.
@@ -307,17 +329,22 @@ pub fn pack(opts: &PackOptions, progress: &Progress) -> Result<PackSummary> {
     dest.prepare()?;
 
     let threads = opts.threads.max(1);
+    let writers = writers(&dest, threads, opts.size_limit);
+    // Every shard buffer there can be at once: the one being filled, those queued, those
+    // being written.
+    let buffers = ShardBuffers::new(1 + threads + writers);
     let (tx, rx) = mpsc::sync_channel::<RawShard>(threads);
     let rx = Arc::new(Mutex::new(rx));
     let (done_tx, done_rx) = mpsc::channel::<Result<Stored>>();
     let failed = Arc::new(AtomicBool::new(false));
     let mut workers = Vec::new();
-    for _ in 0..writers(&dest, threads, opts.size_limit) {
+    for _ in 0..writers {
         let rx = Arc::clone(&rx);
         let failed = Arc::clone(&failed);
         let done_tx = done_tx.clone();
         let spec = Arc::clone(&spec);
         let dest = dest.clone();
+        let buffers = buffers.clone();
         workers.push(std::thread::spawn(move || loop {
             let next = match rx.lock() {
                 Ok(guard) => guard.recv(),
@@ -325,12 +352,23 @@ pub fn pack(opts: &PackOptions, progress: &Progress) -> Result<PackSummary> {
             };
             let Ok(raw) = next else { return };
             let stored = spec.seal(raw).map_err(PackError::from).and_then(|s| {
-                dest.put(&s.file.basename, &s.file.data)?;
+                let bytes = s.stored().len() as u64;
+                let payload = match s.zip {
+                    Some(zip) => {
+                        buffers.give(s.raw.into_buffer());
+                        Bytes::from(zip)
+                    }
+                    None => Bytes::from_owner(Lent {
+                        raw: Some(s.raw),
+                        buffers: buffers.clone(),
+                    }),
+                };
+                dest.put_bytes(&s.basename, payload)?;
                 Ok(Stored {
                     number: s.number,
                     entry: s.entry,
-                    bytes: s.file.data.len() as u64,
-                    basename: s.file.basename,
+                    bytes,
+                    basename: s.basename,
                 })
             });
             let bad = stored.is_err();
@@ -345,7 +383,7 @@ pub fn pack(opts: &PackOptions, progress: &Progress) -> Result<PackSummary> {
     drop(done_tx);
     drop(rx);
 
-    let read = read_all(source.as_mut(), &spec, &tx, &failed, progress);
+    let read = read_all(source.as_mut(), &spec, &buffers, &tx, &failed, progress);
     drop(tx);
     for w in workers {
         let _ = w.join();
@@ -391,15 +429,16 @@ pub fn pack(opts: &PackOptions, progress: &Progress) -> Result<PackSummary> {
 fn read_all(
     source: &mut dyn SampleSource,
     spec: &Arc<ShardSpec>,
+    buffers: &ShardBuffers,
     tx: &mpsc::SyncSender<RawShard>,
     failed: &AtomicBool,
     progress: &Progress,
 ) -> Result<()> {
     let stopped = || PackError::Dest("a shard writer failed".into());
-    let mut builder = ShardBuilder::new(Arc::clone(spec), 0);
+    let mut builder = ShardBuilder::new(Arc::clone(spec), 0).with_buffers(buffers.clone());
     let mut values: Vec<Vec<u8>> = vec![Vec::new(); spec.columns().len()];
     let send = |shard: RawShard| -> Result<()> {
-        let len = shard.bytes.len() as u64;
+        let len = shard.bytes().len() as u64;
         tx.send(shard).map_err(|_| stopped())?;
         progress.written_bytes.fetch_add(len, Ordering::Relaxed);
         Ok(())

@@ -179,11 +179,11 @@ impl DestStore {
     }
 }
 
-impl PutStore for DestStore {
-    fn put(&self, name: &str, data: &[u8]) -> Result<(), StoreError> {
+impl DestStore {
+    /// [`PutStore::put`] of bytes the upload keeps (and signs, and sends) without copying.
+    pub fn put_bytes(&self, name: &str, bytes: Bytes) -> Result<(), StoreError> {
         let loc = self.location(name);
-        let bytes = Bytes::copy_from_slice(data);
-        if data.len() > MULTIPART_THRESHOLD {
+        if bytes.len() > MULTIPART_THRESHOLD {
             self.retry(name, || self.put_multipart(&loc, &bytes))
         } else {
             self.retry(name, || async {
@@ -193,6 +193,12 @@ impl PutStore for DestStore {
                     .map(|_| ())
             })
         }
+    }
+}
+
+impl PutStore for DestStore {
+    fn put(&self, name: &str, data: &[u8]) -> Result<(), StoreError> {
+        self.put_bytes(name, Bytes::copy_from_slice(data))
     }
 }
 
