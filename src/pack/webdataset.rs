@@ -25,12 +25,21 @@ use super::pyvalue::PyValue;
 use super::source::{InputFile, SampleSource};
 use crate::mds::render::tar::checksum;
 use crate::mds::Encoding;
-use std::io::{BufReader, Read};
+use std::io::{BufRead, BufReader, Read};
 
 type Stream = BufReader<Box<dyn Read + Send>>;
 
 /// How many samples column inference looks at.
 pub const INFER_SAMPLES: usize = 1000;
+
+/// The tar reader's buffer: headers and small members are read through it.
+const BUFFER: usize = 64 << 10;
+/// A member with at least this many bytes left after what the buffer holds is read straight
+/// into its own bytes.
+const DIRECT_READ: usize = 16 << 10;
+
+/// Bytes reserved for a member's data before any is read, at most.
+const MAX_RESERVE: usize = 64 << 20;
 
 /// One member of a tar file.
 struct Member {
@@ -75,7 +84,7 @@ fn cstr(field: &[u8]) -> &[u8] {
 impl TarReader {
     fn open(file: &InputFile) -> Result<TarReader> {
         Ok(TarReader {
-            r: BufReader::with_capacity(1 << 20, file.open_at(0)?),
+            r: BufReader::with_capacity(BUFFER, file.open_at(0)?),
             path: file.path.display().to_string(),
             pos: 0,
         })
@@ -112,6 +121,9 @@ impl TarReader {
     }
 
     /// The data of a member of `size` bytes, and the padding after it.
+    ///
+    /// What the buffer holds is copied out of it; the rest of a large member is read from the
+    /// file straight into the member's bytes (not through the buffer, and not zeroed first).
     fn body(&mut self, size: u64, member: &str) -> Result<Vec<u8>> {
         let len = usize::try_from(size).map_err(|_| {
             PackError::input(
@@ -119,12 +131,44 @@ impl TarReader {
                 InputError::MemberTooLarge,
             )
         })?;
-        let mut data = vec![0u8; len];
-        self.fill(&mut data, Some(member))?;
+        // A corrupt size must not reserve gigabytes up front: past this, the bytes read grow it.
+        let mut data = Vec::with_capacity(len.min(MAX_RESERVE));
+        let buffered = self.r.buffer();
+        let now = buffered.len().min(len);
+        data.extend_from_slice(&buffered[..now]);
+        self.r.consume(now);
+        self.pos += now as u64;
+        let rest = len - now;
+        if rest >= DIRECT_READ {
+            let got = self
+                .r
+                .get_mut()
+                .take(rest as u64)
+                .read_to_end(&mut data)
+                .map_err(|e| PackError::io(&self.path, e))?;
+            self.pos += got as u64;
+            if got < rest {
+                return Err(self.cut_in(member));
+            }
+        } else {
+            data.resize(len, 0);
+            self.fill(&mut data[now..], Some(member))?;
+        }
         let pad = (512 - (len % 512)) % 512;
-        let mut skip = vec![0u8; pad];
-        self.fill(&mut skip, Some(member))?;
+        let mut skip = [0u8; 512];
+        self.fill(&mut skip[..pad], Some(member))?;
         Ok(data)
+    }
+
+    /// The error of a tar that ends inside `member`.
+    fn cut_in(&self, member: &str) -> PackError {
+        PackError::input(
+            format!("{} (member {member})", self.path),
+            InputError::TarCut {
+                in_member: true,
+                offset: self.pos,
+            },
+        )
     }
 
     /// The next regular file member, or None at the end of the archive.
@@ -389,7 +433,7 @@ impl TarSource {
 
 impl SampleSource for TarSource {
     fn next_sample(&mut self, out: &mut [Vec<u8>]) -> Result<bool> {
-        let Some(s) = self.grouper.next_sample()? else {
+        let Some(mut s) = self.grouper.next_sample()? else {
             return Ok(false);
         };
         for (k, (name, enc)) in self.columns.iter().enumerate() {
@@ -398,7 +442,7 @@ impl SampleSource for TarSource {
                     .map_err(|e| PackError::input(&s.first_member, InputError::Value(e)))?;
                 continue;
             }
-            let Some((_, data)) = s.members.iter().find(|(e, _)| e == name) else {
+            let Some((_, data)) = s.members.iter_mut().find(|(e, _)| e == name) else {
                 return Err(PackError::input(
                     &s.first_member,
                     InputError::MissingMember {
@@ -417,7 +461,8 @@ impl SampleSource for TarSource {
                     },
                 )
             })?;
-            out[k].extend_from_slice(data);
+            // The member's bytes become the value as they are (moved, not copied).
+            out[k] = std::mem::take(data);
         }
         if self.strict {
             if let Some((e, _)) = s
