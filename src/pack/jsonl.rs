@@ -18,9 +18,9 @@
 
 use super::columns::{encode_py, infer, widen};
 use super::error::{InputError, PackError, Result};
-use super::pyvalue::{loads, PyValue};
+use super::pyvalue::{flat_object, loads, Member, PyValue};
 use super::source::{InputFile, SampleSource};
-use crate::mds::Encoding;
+use crate::mds::{Dtype, Encoding};
 use std::io::{BufRead, BufReader, Read};
 use std::sync::{mpsc, Arc};
 
@@ -414,10 +414,7 @@ impl Ctx {
         let mut number = lines.first;
         let mut rest = &lines.bytes[..];
         while !rest.is_empty() {
-            let end = rest
-                .iter()
-                .position(|&b| b == b'\n')
-                .map_or(rest.len(), |i| i + 1);
+            let end = memchr::memchr(b'\n', rest).map_or(rest.len(), |i| i + 1);
             let (line, tail) = rest.split_at(end);
             rest = tail;
             for v in values.iter_mut() {
@@ -443,6 +440,52 @@ impl Ctx {
         out
     }
 
+    /// The fast way to encode one line into `out`: straight from the text ([`flat_object`]),
+    /// no object built, for a line whose keys hold no escape and name each column once.
+    /// False for any other line (a field missing or repeated, an unknown one with inferred
+    /// columns, a value its column refuses, not JSON): [`Ctx::encode_line`] then reads it the
+    /// full way, which stores the same bytes or says what is wrong.
+    fn encode_flat(&self, line: &[u8], out: &mut [Vec<u8>]) -> bool {
+        let columns = self.columns.len();
+        if columns > 64 {
+            return false;
+        }
+        let mut seen = 0u64;
+        let read = flat_object(line, |key, value| {
+            let Some(k) = self.columns.iter().position(|(n, _)| n == key) else {
+                // MDSWriter ignores a key it has no column for; inferred columns refuse it.
+                return (!self.strict).then_some(());
+            };
+            if seen & (1 << k) != 0 {
+                return None;
+            }
+            seen |= 1 << k;
+            let (enc, out) = (&self.columns[k].1, &mut out[k]);
+            match (enc, value) {
+                (Encoding::Str | Encoding::Bytes, Member::Str(s)) => {
+                    out.extend_from_slice(s.as_bytes())
+                }
+                (Encoding::Int, Member::Int(t)) => {
+                    out.extend_from_slice(&t.parse::<i64>().ok()?.to_le_bytes())
+                }
+                (Encoding::Scalar(Dtype::F64), Member::Int(t)) => {
+                    out.extend_from_slice(&t.parse::<f64>().ok()?.to_le_bytes())
+                }
+                (Encoding::Scalar(Dtype::F64), Member::Float(x)) => {
+                    out.extend_from_slice(&x.to_le_bytes())
+                }
+                (enc, value) => encode_py(enc, &value.into_py(), out).ok()?,
+            }
+            Some(())
+        });
+        let all = if columns == 64 {
+            u64::MAX
+        } else {
+            (1 << columns) - 1
+        };
+        read.is_some() && seen == all
+    }
+
     /// Encodes one line into `out` (a buffer per column); false for a blank line.
     fn encode_line(
         &self,
@@ -453,6 +496,12 @@ impl Ctx {
     ) -> Result<bool> {
         if is_blank(line) {
             return Ok(false);
+        }
+        if self.encode_flat(line, out) {
+            return Ok(true);
+        }
+        for v in out.iter_mut() {
+            v.clear();
         }
         let items = parse_object(line, || self.where_(file, number))?;
         for (k, (name, enc)) in self.columns.iter().enumerate() {

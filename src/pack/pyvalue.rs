@@ -122,12 +122,95 @@ pub fn loads(text: &[u8]) -> Result<PyValue, JsonError> {
     Ok(v)
 }
 
+/// A top-level value of an object as [`flat_object`] hands it over: the common kinds as they
+/// stand in the text, anything else parsed.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Member<'a> {
+    /// A string without escapes, as written.
+    Str(&'a str),
+    /// An integer literal in canonical form (no `-0`), as written.
+    Int(&'a str),
+    /// A float literal, parsed as [`loads`] parses it.
+    Float(f64),
+    /// Any other value (a string with escapes, `null`, a list…), as [`loads`] gives it.
+    Other(PyValue),
+}
+
+impl Member<'_> {
+    /// The value as [`loads`] would have given it.
+    pub fn into_py(self) -> PyValue {
+        match self {
+            Member::Str(s) => PyValue::Str(s.to_owned()),
+            Member::Int(t) => PyValue::Int(t.to_owned()),
+            Member::Float(x) => PyValue::Float(x),
+            Member::Other(v) => v,
+        }
+    }
+}
+
+/// Reads `text` as one JSON object whose keys hold no escape, calling `member(key, value)` for
+/// each member in order, without building the object. None when `text` is not such an object
+/// or `member` returns None: the caller then reads the text with [`loads`], which gives the
+/// same values (or says what is wrong). A repeated key is handed over twice.
+pub fn flat_object<'a>(
+    text: &'a [u8],
+    mut member: impl FnMut(&'a str, Member<'a>) -> Option<()>,
+) -> Option<()> {
+    let mut p = Parser { s: text, i: 0 };
+    p.ws();
+    if !p.eat(b"{") {
+        return None;
+    }
+    p.ws();
+    if !p.eat(b"}") {
+        loop {
+            p.ws();
+            if p.s.get(p.i) != Some(&b'"') {
+                return None;
+            }
+            let key = p.plain_string()?;
+            p.ws();
+            if !p.eat(b":") {
+                return None;
+            }
+            p.ws();
+            let value = match p.s.get(p.i) {
+                Some(b'"') => match p.plain_string() {
+                    Some(s) => Member::Str(s),
+                    None => Member::Other(p.value(1).ok()?),
+                },
+                Some(b'-' | b'0'..=b'9') => p.number_member()?,
+                _ => Member::Other(p.value(1).ok()?),
+            };
+            member(key, value)?;
+            p.ws();
+            if p.eat(b",") {
+                continue;
+            }
+            if p.eat(b"}") {
+                break;
+            }
+            return None;
+        }
+    }
+    p.ws();
+    (p.i == text.len()).then_some(())
+}
+
+/// A number as [`Parser::number_text`] reads it.
+enum Number<'a> {
+    /// An integer's canonical text.
+    Int(&'a str),
+    /// A float.
+    Float(f64),
+}
+
 struct Parser<'a> {
     s: &'a [u8],
     i: usize,
 }
 
-impl Parser<'_> {
+impl<'a> Parser<'a> {
     fn err(&self, fault: JsonFault) -> JsonError {
         JsonError {
             offset: self.i,
@@ -251,6 +334,25 @@ impl Parser<'_> {
 
     fn string(&mut self) -> Result<String, JsonError> {
         self.i += 1;
+        // Most strings hold no escape: find the closing quote with a vector search, check the
+        // bytes before it, and take them whole.
+        let start = self.i;
+        if let Some(n) = memchr::memchr2(b'"', b'\\', &self.s[start..]) {
+            let span = &self.s[start..start + n];
+            // A branch-free test first (it vectorizes), the position only when one is there.
+            if span.iter().fold(false, |any, &b| any | (b < 0x20)) {
+                let c = span.iter().position(|&b| b < 0x20).unwrap_or(0);
+                self.i = start + c;
+                return Err(self.err(JsonFault::ControlCharacter));
+            }
+            if self.s[start + n] == b'"' {
+                self.i = start + n + 1;
+                return match std::str::from_utf8(span) {
+                    Ok(text) => Ok(text.to_owned()),
+                    Err(_) => Err(self.err(JsonFault::NotUtf8)),
+                };
+            }
+        }
         let mut out: Vec<u8> = Vec::new();
         loop {
             let start = self.i;
@@ -306,11 +408,42 @@ impl Parser<'_> {
         }
     }
 
+    /// A string (at its opening quote) without escapes or control characters, borrowed; None
+    /// (and the position unchanged) for any other.
+    fn plain_string(&mut self) -> Option<&'a str> {
+        let start = self.i + 1;
+        let n = memchr::memchr2(b'"', b'\\', &self.s[start..])?;
+        let span = &self.s[start..start + n];
+        if self.s[start + n] != b'"' || span.iter().fold(false, |any, &b| any | (b < 0x20)) {
+            return None;
+        }
+        let text = std::str::from_utf8(span).ok()?;
+        self.i = start + n + 1;
+        Some(text)
+    }
+
+    /// A number for [`flat_object`]: an integer's canonical text, or a float.
+    fn number_member(&mut self) -> Option<Member<'a>> {
+        Some(match self.number_text().ok()? {
+            Number::Int(t) => Member::Int(t),
+            Number::Float(x) => Member::Float(x),
+        })
+    }
+
     fn number(&mut self) -> Result<PyValue, JsonError> {
+        Ok(match self.number_text()? {
+            Number::Int(t) => PyValue::Int(t.to_string()),
+            Number::Float(x) => PyValue::Float(x),
+        })
+    }
+
+    /// A number: an integer's canonical text (borrowed from the input but for `-0`), or a
+    /// float.
+    fn number_text(&mut self) -> Result<Number<'a>, JsonError> {
         let start = self.i;
         let neg = self.eat(b"-");
         if neg && self.eat(b"Infinity") {
-            return Ok(PyValue::Float(f64::NEG_INFINITY));
+            return Ok(Number::Float(f64::NEG_INFINITY));
         }
         let digits = |p: &mut Self| {
             let from = p.i;
@@ -352,13 +485,13 @@ impl Parser<'_> {
         let text = std::str::from_utf8(&self.s[start..self.i]).unwrap_or("0");
         if is_float {
             let x: f64 = text.parse().map_err(|_| self.err(JsonFault::BadNumber))?;
-            Ok(PyValue::Float(x))
+            Ok(Number::Float(x))
         } else {
             let body = text.trim_start_matches('-');
             if body.bytes().all(|b| b == b'0') {
-                Ok(PyValue::Int("0".into()))
+                Ok(Number::Int("0"))
             } else {
-                Ok(PyValue::Int(text.to_string()))
+                Ok(Number::Int(text))
             }
         }
     }

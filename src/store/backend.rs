@@ -62,6 +62,18 @@ impl ObjectStoreBackend {
     /// Builds the client for `source`. Nothing is fetched yet; configuration problems
     /// (unreadable profile file, bad endpoint URL) are reported here.
     pub fn open(source: &Source, opts: &StoreOptions) -> Result<Self, StoreError> {
+        Self::open_with(source, opts, false)
+    }
+
+    /// [`ObjectStoreBackend::open`] for a client that uploads (`shardfs pack`'s DEST): on S3
+    /// its bodies are sent as `UNSIGNED-PAYLOAD` with an `x-amz-checksum-crc64nvme` header
+    /// (covered by the signature), so the store still checks every byte it receives, and
+    /// neither side pays a SHA-256 of every uploaded byte for SigV4.
+    pub fn open_for_writes(source: &Source, opts: &StoreOptions) -> Result<Self, StoreError> {
+        Self::open_with(source, opts, true)
+    }
+
+    fn open_with(source: &Source, opts: &StoreOptions, writes: bool) -> Result<Self, StoreError> {
         let cfg_err = |reason: String| {
             let url = source.canonical().to_string();
             let reason = match &source.kind {
@@ -137,6 +149,11 @@ impl ObjectStoreBackend {
                     .with_region(region)
                     .with_client_options(client(allow_http))
                     .with_http_connector(super::ChecksumConnector);
+                if writes {
+                    b = b
+                        .with_unsigned_payload(true)
+                        .with_checksum_algorithm(object_store::aws::Checksum::CRC64NVME);
+                }
                 if opts.no_sign_request {
                     b = b.with_skip_signature(true);
                 } else if let Some(c) = &opts.credentials {

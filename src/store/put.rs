@@ -57,7 +57,7 @@ impl DestStore {
                     .into(),
             });
         }
-        let backend = ObjectStoreBackend::open(source, opts)?;
+        let backend = ObjectStoreBackend::open_for_writes(source, opts)?;
         let (inner, root) = backend.client();
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)

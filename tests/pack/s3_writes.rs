@@ -70,12 +70,70 @@ fn a_pack_to_the_test_s3_server_stores_what_mdswriter_wrote() {
             "{n} differs from MDSWriter's"
         );
     }
-    // Above the threshold a shard goes up as a multipart upload and reads back whole.
+    // Every file went up with a CRC64NVME of its body, which the server checked.
+    let checked = fake.checked_puts();
+    assert!(
+        checked >= names.len() as u64,
+        "{checked} checked uploads for {} files",
+        names.len()
+    );
+    // Above the threshold a shard goes up as a multipart upload (each part with its checksum)
+    // and reads back whole.
     let big: Vec<u8> = (0..MULTIPART_THRESHOLD + 3_000_000)
         .map(|i| (i % 251) as u8)
         .collect();
     store.put("shard.00000.mds", &big).unwrap();
     assert!(store.get("shard.00000.mds").unwrap() == big);
+    let parts = big.len().div_ceil(shardfs::store::put::PART_SIZE) as u64;
+    assert_eq!(fake.checked_puts(), checked + parts);
+}
+
+/// The status line and body of a PUT of `body` to a presigned `url` with
+/// `x-amz-checksum-crc64nvme: crc`.
+fn put_with_crc(url: &url::Url, body: &[u8], crc: &str) -> String {
+    use std::io::{Read, Write};
+    let host = format!("{}:{}", url.host_str().unwrap(), url.port().unwrap());
+    let mut conn = std::net::TcpStream::connect(&host).unwrap();
+    let target = format!("{}?{}", url.path(), url.query().unwrap_or(""));
+    let head = format!(
+        "PUT {target} HTTP/1.1\r\nHost: {host}\r\nContent-Length: {}\r\n\
+         x-amz-checksum-crc64nvme: {crc}\r\nConnection: close\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).unwrap();
+    conn.write_all(body).unwrap();
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer).unwrap();
+    answer
+}
+
+#[test]
+fn an_upload_whose_crc64nvme_does_not_match_its_body_is_refused() {
+    use base64::Engine;
+    use object_store::signer::Signer;
+    let fake = FakeS3::start();
+    fake.put("crc", "seed", &b""[..]);
+    let s3 = client(&fake, "crc");
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let crc_of = |data: &[u8]| {
+        let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, data);
+        base64::engine::general_purpose::STANDARD.encode(crc.to_be_bytes())
+    };
+    let path = ObjPath::from("obj");
+    let url = rt
+        .block_on(s3.signed_url(http::Method::PUT, &path, Duration::from_secs(300)))
+        .unwrap();
+    // The checksum of other bytes: refused, nothing stored.
+    let answer = put_with_crc(&url, b"the body", &crc_of(b"another body"));
+    assert!(answer.contains("BadDigest"), "{answer}");
+    assert!(rt.block_on(s3.get(&path)).is_err(), "a refused PUT stored");
+    assert_eq!(fake.checked_puts(), 0);
+    // The body's own checksum: stored.
+    let answer = put_with_crc(&url, b"the body", &crc_of(b"the body"));
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let got = rt.block_on(async { s3.get(&path).await.unwrap().bytes().await.unwrap() });
+    assert_eq!(&got[..], b"the body");
+    assert_eq!(fake.checked_puts(), 1);
 }
 
 #[test]

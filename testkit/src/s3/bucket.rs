@@ -711,7 +711,12 @@ impl S3 for BucketsS3 {
         let i = req.input;
         let e_tag = self
             .0
-            .put_object_body(&i.bucket, &i.key, i.body, i.content_length)
+            .put_object_body(
+                &i.bucket,
+                &i.key,
+                (i.body, i.content_length),
+                i.checksum_crc64nvme.as_deref(),
+            )
             .await?;
         Ok(S3Response::new(PutObjectOutput {
             e_tag: Some(e_tag),
@@ -740,7 +745,11 @@ impl S3 for BucketsS3 {
         let i = req.input;
         let upload = (i.bucket.as_str(), i.key.as_str(), i.upload_id.as_str());
         let body = (i.body, i.content_length);
-        let e_tag = self.0.upload_part(upload, i.part_number, body).await?;
+        let crc64nvme = i.checksum_crc64nvme.as_deref();
+        let e_tag = self
+            .0
+            .upload_part(upload, i.part_number, body, crc64nvme)
+            .await?;
         Ok(S3Response::new(UploadPartOutput {
             e_tag: Some(e_tag),
             ..Default::default()

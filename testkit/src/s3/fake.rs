@@ -121,6 +121,15 @@ impl FakeS3 {
         self.buckets.stats.seen(key)
     }
 
+    /// PutObject and UploadPart requests whose `x-amz-checksum-crc64nvme` the server checked
+    /// against their body (and found right).
+    pub fn checked_puts(&self) -> u64 {
+        self.buckets
+            .stats
+            .checked_puts
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Sum of requests over all keys.
     pub fn seen_total(&self) -> Seen {
         self.buckets.stats.seen_total()

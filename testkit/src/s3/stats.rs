@@ -27,6 +27,9 @@ pub struct Stats {
     pub puts: AtomicU64,
     /// Object body bytes received by PutObject and UploadPart.
     pub put_bytes: AtomicU64,
+    /// PutObject and UploadPart requests whose body matched the `x-amz-checksum-crc64nvme`
+    /// they carried (one that does not match is refused with BadDigest).
+    pub checked_puts: AtomicU64,
     /// All bytes read from client sockets (requests and their bodies).
     pub wire_bytes_in: AtomicU64,
     /// Connections accepted.
@@ -55,7 +58,7 @@ impl Stats {
         format!(
             "{{\"gets\":{},\"range_gets\":{},\"heads\":{},\"lists\":{},\"other\":{},\
              \"body_bytes\":{},\"wire_bytes\":{},\"connections\":{},\"puts\":{},\
-             \"put_bytes\":{},\"wire_bytes_in\":{}}}",
+             \"put_bytes\":{},\"wire_bytes_in\":{},\"checked_puts\":{}}}",
             g(&self.gets),
             g(&self.range_gets),
             g(&self.heads),
@@ -66,7 +69,8 @@ impl Stats {
             g(&self.connections),
             g(&self.puts),
             g(&self.put_bytes),
-            g(&self.wire_bytes_in)
+            g(&self.wire_bytes_in),
+            g(&self.checked_puts)
         )
     }
 

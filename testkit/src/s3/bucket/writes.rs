@@ -64,6 +64,22 @@ async fn collect(body: Option<StreamingBlob>, len: Option<i64>) -> S3Result<Byte
     Ok(out.freeze())
 }
 
+/// Checks a body against the `x-amz-checksum-crc64nvme` it came with (base64 of the
+/// big-endian CRC64/NVME), as S3 does: BadDigest when they differ.
+fn check_crc64nvme(data: &[u8], sent: Option<&str>) -> S3Result<bool> {
+    use base64::Engine;
+    let Some(sent) = sent else { return Ok(false) };
+    let crc = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, data);
+    let ours = base64::engine::general_purpose::STANDARD.encode(crc.to_be_bytes());
+    if ours != sent {
+        return Err(s3_error!(
+            BadDigest,
+            "the CRC64NVME you specified did not match the calculated checksum"
+        ));
+    }
+    Ok(true)
+}
+
 /// Refuses keys that cannot be files under the bucket's folder.
 fn check_key(key: &str) -> S3Result<()> {
     if key
@@ -171,13 +187,22 @@ impl Buckets {
         Ok(tag)
     }
 
-    /// PutObject: the body becomes the object.
+    /// [`check_crc64nvme`], counted in the stats when a checksum was sent and matched.
+    fn checked(&self, data: &[u8], crc64nvme: Option<&str>) -> S3Result<()> {
+        if check_crc64nvme(data, crc64nvme)? {
+            self.stats.checked_puts.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    /// PutObject: the body becomes the object (refused when it does not match the
+    /// `x-amz-checksum-crc64nvme` sent with it).
     pub(super) async fn put_object_body(
         &self,
         bucket: &str,
         key: &str,
-        body: Option<StreamingBlob>,
-        len: Option<i64>,
+        (body, len): (Option<StreamingBlob>, Option<i64>),
+        crc64nvme: Option<&str>,
     ) -> S3Result<ETag> {
         self.stats.puts.fetch_add(1, Ordering::Relaxed);
         self.has_bucket(bucket)?;
@@ -186,6 +211,7 @@ impl Buckets {
         self.stats
             .put_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.checked(&data, crc64nvme)?;
         let etag = etag_of(&data, self.etags);
         self.store(bucket, key, vec![data], etag).await
     }
@@ -208,12 +234,14 @@ impl Buckets {
         Ok(id)
     }
 
-    /// UploadPart: keeps part `number` of upload `id`; returns its ETag.
+    /// UploadPart: keeps part `number` of upload `id` (refused when it does not match the
+    /// `x-amz-checksum-crc64nvme` sent with it); returns its ETag.
     pub(super) async fn upload_part(
         &self,
         (bucket, key, id): (&str, &str, &str),
         number: i32,
         (body, len): (Option<StreamingBlob>, Option<i64>),
+        crc64nvme: Option<&str>,
     ) -> S3Result<ETag> {
         self.stats.puts.fetch_add(1, Ordering::Relaxed);
         let known = |u: &Upload| u.bucket == bucket && u.key == key;
@@ -230,6 +258,7 @@ impl Buckets {
         self.stats
             .put_bytes
             .fetch_add(data.len() as u64, Ordering::Relaxed);
+        self.checked(&data, crc64nvme)?;
         let etag = part_etag(&data, number, self.etags);
         match self.uploads.lock().get_mut(id) {
             Some(u) => u.parts.insert(number, (data, etag.clone())),
