@@ -9,8 +9,10 @@
 //!   through queues of a few MiB;
 //! - the caller's thread cuts shards exactly where `MDSWriter` cuts them ([`ShardBuilder`]);
 //! - [`writers`] workers take finished raw shards from a channel of `threads` slots, compress
-//!   and hash them ([`ShardSpec::seal`]) and write them to DEST ([`dest`]): `threads` for a
-//!   local DEST, more for a store when shards are small, so several uploads are on their way;
+//!   and hash them ([`ShardSpec::seal`]) and write them to DEST ([`dest`]): `threads`, more
+//!   when shards are small, so several uploads (or local syncs) are on their way at once;
+//! - shard buffers go round ([`ShardBuffers`]): the builder fills a shard in place, an upload
+//!   sends that buffer as it is, and once stored it comes back for a later shard;
 //! - the index is written last, once every shard is stored.
 //!
 //! So at most `threads + writers + 1` shards are in memory whatever the dataset's size
@@ -259,18 +261,14 @@ pub const UPLOAD_BYTES: u64 = 64 << 20;
 /// Shard uploads at once to a store, at most.
 pub const MAX_UPLOADS: usize = 16;
 
-/// How many shard writers a pack runs: `threads` for a local DEST; for a store, enough that
-/// [`UPLOAD_BYTES`] of small shards are on their way at once (one PUT per shard pays a round
-/// trip each; a shard over the multipart threshold goes up in parallel parts anyway), at most
-/// [`MAX_UPLOADS`].
-pub fn writers(dest: &Dest, threads: usize, size_limit: u64) -> usize {
-    match dest {
-        Dest::Local(_) => threads,
-        Dest::Store(_) => {
-            let uploads = (UPLOAD_BYTES / size_limit.max(1)).clamp(1, MAX_UPLOADS as u64);
-            threads.max(uploads as usize)
-        }
-    }
+/// How many shard writers a pack runs: enough that [`UPLOAD_BYTES`] of small shards are on
+/// their way at once, at most [`MAX_UPLOADS`], never fewer than `threads`. A store PUT pays a
+/// round trip and a local file a sync to disk per shard, whatever its size (a shard over the
+/// multipart threshold goes up in parallel parts anyway), so small shards need many writers
+/// waiting at once.
+pub fn writers(threads: usize, size_limit: u64) -> usize {
+    let uploads = (UPLOAD_BYTES / size_limit.max(1)).clamp(1, MAX_UPLOADS as u64);
+    threads.max(uploads as usize)
 }
 
 /// A raw shard lent to the upload as its body ([`Bytes::from_owner`]): its buffer goes back to
@@ -329,7 +327,7 @@ pub fn pack(opts: &PackOptions, progress: &Progress) -> Result<PackSummary> {
     dest.prepare()?;
 
     let threads = opts.threads.max(1);
-    let writers = writers(&dest, threads, opts.size_limit);
+    let writers = writers(threads, opts.size_limit);
     // Every shard buffer there can be at once: the one being filled, those queued, those
     // being written.
     let buffers = ShardBuffers::new(1 + threads + writers);
