@@ -22,8 +22,15 @@
 //!
 //! A download may also borrow past the limit, up to a `loan` bound, bytes its caller says are
 //! free elsewhere now ([`DownloadBudget::acquire_with_loan`]: the memory tier's unused share,
-//! on a cold start). Borrowed bytes are [`DownloadBudget::lent`] until given back, and the
-//! buffers they were in are freed rather than kept, so memory goes back to the lender.
+//! on a cold start). Borrowed bytes are [`DownloadBudget::lent`] until given back. A buffer
+//! that comes back while the budget is past its limit is kept too, within what the last
+//! download was let borrow, and still counts as lent, so the lender does not fill that room
+//! meanwhile; kept buffers past the limit go back to the lender once unused for
+//! [`LENT_BUFFER_LIFETIME`] ([`DownloadBudget::return_loans`]). Freeing them at once, as this
+//! did before, meant that on a cold start (three or four downloads at a time, the budget
+//! past its limit nearly all the time) almost every shard came in a fresh buffer: a profile of
+//! the cold pass had the kernel zeroing fresh pages at a fifth of the daemon's CPU
+//! (2026-11-28).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -33,6 +40,10 @@ use super::io::direct::AlignedBuf;
 
 /// How long a kept download buffer may stay unused before it is freed.
 pub const IDLE_BUFFER_LIFETIME: Duration = Duration::from_secs(30);
+
+/// How long a kept buffer past the budget's limit (borrowed memory) may stay unused before
+/// it goes back to the lender. Downloads on a cold start end every few hundred milliseconds.
+pub const LENT_BUFFER_LIFETIME: Duration = Duration::from_secs(1);
 
 /// Who waits for a download: a reader, or the readahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,8 +61,17 @@ pub struct DownloadBudget {
     /// Most bytes taken past `limit` at once (borrowed; see [`DownloadBudget::acquire_with_loan`]).
     loan: u64,
     state: Mutex<BudgetState>,
-    /// `state.used`, readable without the lock (for [`DownloadBudget::lent`], asked on reads).
-    used_now: AtomicU64,
+    /// `state.used + state.idle_bytes`, readable without the lock (for
+    /// [`DownloadBudget::lent`], asked on reads).
+    held_now: AtomicU64,
+    /// What the last download was let borrow (`loan` bounded by what the lender had free
+    /// then): a buffer coming back is kept while the budget's bytes stay within the limit
+    /// plus this.
+    borrowable: AtomicU64,
+    /// Download buffers made of fresh memory so far.
+    made: AtomicU64,
+    /// Download buffers that were kept buffers so far.
+    reused: AtomicU64,
     freed: Condvar,
 }
 
@@ -102,7 +122,10 @@ impl DownloadBudget {
             limit,
             loan: if limit == 0 { 0 } else { loan },
             state: Mutex::new(BudgetState::default()),
-            used_now: AtomicU64::new(0),
+            held_now: AtomicU64::new(0),
+            borrowable: AtomicU64::new(0),
+            made: AtomicU64::new(0),
+            reused: AtomicU64::new(0),
             freed: Condvar::new(),
         }
     }
@@ -136,28 +159,29 @@ impl DownloadBudget {
         if demand {
             st.demands_waiting += 1;
         }
-        loop {
-            let room = |st: &BudgetState| {
-                let wanted = st.used.saturating_add(bytes);
-                wanted <= self.limit
-                    || (self.loan > 0
-                        && wanted <= self.limit.saturating_add(self.loan.min(lendable())))
+        let borrowable = loop {
+            let borrowable = if self.loan > 0 {
+                self.loan.min(lendable())
+            } else {
+                0
             };
-            let fits = st.used == 0 || room(&st);
+            let wanted = st.used.saturating_add(bytes);
+            let fits = st.used == 0 || wanted <= self.limit.saturating_add(borrowable);
             if fits && (demand || st.demands_waiting == 0) {
-                break;
+                break borrowable;
             }
             st = self.freed.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
+        };
         st.used += bytes;
-        self.used_now.store(st.used, Ordering::Relaxed);
+        self.borrowable.store(borrowable, Ordering::Relaxed);
         let mut notify = false;
         if demand {
             st.demands_waiting -= 1;
             // Prefetches that found room but let this read go first: look again.
             notify = st.demands_waiting == 0;
         }
-        let surplus = trim_idle(&mut st, self.limit, bytes);
+        let surplus = trim_idle(&mut st, self.limit.saturating_add(borrowable), bytes);
+        self.publish(&st);
         drop(st);
         drop(surplus);
         if notify {
@@ -174,19 +198,34 @@ impl DownloadBudget {
         self.lock().used
     }
 
-    /// Bytes taken past the limit now: borrowed through [`DownloadBudget::acquire_with_loan`].
+    /// Bytes held past the limit now (taken, or in buffers kept for the next downloads):
+    /// borrowed through [`DownloadBudget::acquire_with_loan`].
     pub fn lent(&self) -> u64 {
         if self.loan == 0 {
             return 0;
         }
-        self.used_now
+        self.held_now
             .load(Ordering::Relaxed)
             .saturating_sub(self.limit)
+    }
+
+    /// Records the bytes held now for [`DownloadBudget::lent`].
+    fn publish(&self, st: &BudgetState) {
+        self.held_now
+            .store(st.used.saturating_add(st.idle_bytes), Ordering::Relaxed);
     }
 
     /// Bytes of buffers kept for the next downloads.
     pub fn idle_buffer_bytes(&self) -> u64 {
         self.lock().idle_bytes
+    }
+
+    /// Download buffers handed out so far: `(made of fresh memory, kept ones reused)`.
+    pub fn buffers_handed_out(&self) -> (u64, u64) {
+        (
+            self.made.load(Ordering::Relaxed),
+            self.reused.load(Ordering::Relaxed),
+        )
     }
 
     /// Frees the kept buffers unused for at least `age`; returns their bytes.
@@ -199,9 +238,34 @@ impl DownloadBudget {
             st.idle = keep;
             let old: Vec<AlignedBuf> = old.into_iter().map(|(b, _)| b).collect();
             st.idle_bytes -= old.iter().map(|b| b.capacity() as u64).sum::<u64>();
+            self.publish(&st);
             old
         };
         // Freed outside the lock: unmapping MiBs takes a moment.
+        old.iter().map(|b| b.capacity() as u64).sum()
+    }
+
+    /// Frees kept buffers unused for at least `age`, oldest first, while the budget holds
+    /// more than its limit (borrowed memory goes back to the lender); returns their bytes.
+    pub fn return_loans(&self, age: Duration) -> u64 {
+        let old: Vec<AlignedBuf> = {
+            let mut st = self.lock();
+            // Oldest last, so they pop first.
+            st.idle.sort_by_key(|(_, since)| std::cmp::Reverse(*since));
+            let mut old = Vec::new();
+            while st.used + st.idle_bytes > self.limit
+                && st
+                    .idle
+                    .last()
+                    .is_some_and(|(_, since)| since.elapsed() >= age)
+            {
+                let Some((b, _)) = st.idle.pop() else { break };
+                st.idle_bytes -= b.capacity() as u64;
+                old.push(b);
+            }
+            self.publish(&st);
+            old
+        };
         old.iter().map(|b| b.capacity() as u64).sum()
     }
 
@@ -215,21 +279,26 @@ impl DownloadBudget {
         let i = best_fit(&st.idle, len)?;
         let (b, _) = st.idle.swap_remove(i);
         st.idle_bytes -= b.capacity() as u64;
+        self.publish(&st);
         Some(b)
     }
 
     /// A buffer's `taken` bytes come back, and `data` is kept when it fits beside the
-    /// bytes taken and the other kept buffers; else it is freed.
+    /// bytes taken and the other kept buffers within the limit plus what the last download
+    /// was let borrow; else it is freed.
     fn give_back(&self, data: AlignedBuf, taken: u64) {
         let size = data.capacity() as u64;
         let mut st = self.lock();
         st.used = st.used.saturating_sub(taken);
-        self.used_now.store(st.used, Ordering::Relaxed);
-        let keep = self.limit > 0 && size > 0 && st.used + st.idle_bytes + size <= self.limit;
+        let bound = self
+            .limit
+            .saturating_add(self.borrowable.load(Ordering::Relaxed));
+        let keep = self.limit > 0 && size > 0 && st.used + st.idle_bytes + size <= bound;
         if keep {
             st.idle_bytes += size;
             st.idle.push((data, Instant::now()));
         }
+        self.publish(&st);
         drop(st);
         if taken > 0 {
             self.freed.notify_all();
@@ -247,17 +316,17 @@ fn best_fit(idle: &[(AlignedBuf, Instant)], len: usize) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
-/// Takes out of `st` the kept buffers that do not fit beside the bytes taken, largest first,
-/// sparing the one a download of `incoming` bytes would take (its bytes are counted in `used`
-/// already). The caller frees them outside the lock.
-fn trim_idle(st: &mut BudgetState, limit: u64, incoming: u64) -> Vec<AlignedBuf> {
+/// Takes out of `st` the kept buffers that do not fit beside the bytes taken within `bound`,
+/// largest first, sparing the one a download of `incoming` bytes would take (its bytes are
+/// counted in `used` already). The caller frees them outside the lock.
+fn trim_idle(st: &mut BudgetState, bound: u64, incoming: u64) -> Vec<AlignedBuf> {
     let spare = best_fit(&st.idle, usize::try_from(incoming).unwrap_or(usize::MAX))
         .map(|i| st.idle.swap_remove(i));
     let spared = spare.as_ref().map_or(0, |(b, _)| b.capacity() as u64);
     st.idle_bytes -= spared;
     st.idle.sort_by_key(|(b, _)| b.capacity());
     let mut out = Vec::new();
-    while st.used + st.idle_bytes > limit {
+    while st.used + st.idle_bytes > bound {
         let Some((b, _)) = st.idle.pop() else { break };
         st.idle_bytes -= b.capacity() as u64;
         out.push(b);
@@ -269,9 +338,10 @@ fn trim_idle(st: &mut BudgetState, limit: u64, incoming: u64) -> Vec<AlignedBuf>
     out
 }
 
-/// Frees the kept buffers of `budget` unused for [`IDLE_BUFFER_LIFETIME`], every third of
-/// it, on a thread of its own, so an idle mount gives that memory back. The thread ends when
-/// the returned handle is dropped (or the budget is gone).
+/// Frees the kept buffers of `budget` unused for [`IDLE_BUFFER_LIFETIME`], and those past
+/// its limit unused for [`LENT_BUFFER_LIFETIME`], checking every [`LENT_BUFFER_LIFETIME`],
+/// on a thread of its own, so an idle mount gives that memory back. The thread ends when the
+/// returned handle is dropped (or the budget is gone).
 pub fn free_idle_in_background(budget: &Arc<DownloadBudget>) -> IdleFreeing {
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let weak: Weak<DownloadBudget> = Arc::downgrade(budget);
@@ -279,10 +349,11 @@ pub fn free_idle_in_background(budget: &Arc<DownloadBudget>) -> IdleFreeing {
         .name("shardfs-free-idle".into())
         .spawn(move || {
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                stopped.recv_timeout(IDLE_BUFFER_LIFETIME / 3)
+                stopped.recv_timeout(LENT_BUFFER_LIFETIME)
             {
                 let Some(budget) = weak.upgrade() else { return };
                 budget.free_idle(IDLE_BUFFER_LIFETIME);
+                budget.return_loans(LENT_BUFFER_LIFETIME);
             }
         });
     if let Err(e) = spawned {
@@ -312,11 +383,15 @@ impl DownloadPermit<'_> {
         };
         let data = match self.budget.take_idle(len) {
             Some(mut b) => {
+                self.budget.reused.fetch_add(1, Ordering::Relaxed);
                 // Longer than needed: cut (no bytes are written); shorter cannot happen.
                 b.set_len(len);
                 b
             }
-            None => fresh_keepable(len),
+            None => {
+                self.budget.made.fetch_add(1, Ordering::Relaxed);
+                fresh_keepable(len)
+            }
         };
         DownloadBuffer {
             data,
@@ -334,7 +409,7 @@ impl Drop for DownloadPermit<'_> {
         }
         let mut st = self.budget.lock();
         st.used = st.used.saturating_sub(bytes);
-        self.budget.used_now.store(st.used, Ordering::Relaxed);
+        self.budget.publish(&st);
         drop(st);
         self.budget.freed.notify_all();
     }
@@ -502,19 +577,51 @@ mod tests {
     }
 
     #[test]
-    fn borrowed_buffers_go_back_to_the_lender_not_to_the_kept_ones() {
+    fn borrowed_buffers_serve_the_next_downloads_then_go_back_to_the_lender() {
         let budget = Arc::new(DownloadBudget::with_loan(2 * BUFFER_GRAIN as u64, 1 << 30));
         let len = BUFFER_GRAIN;
+        let lendable = || 1u64 << 30;
         let permits: Vec<_> = (0..4)
-            .map(|_| budget.acquire_with_loan(len as u64, Urgency::Prefetch, &|| 1 << 30))
+            .map(|_| budget.acquire_with_loan(len as u64, Urgency::Prefetch, &lendable))
             .collect();
         assert_eq!(budget.lent(), 2 * len as u64);
-        let buffers: Vec<_> = permits.iter().map(|p| p.buffer(len)).collect();
+        let mut buffers: Vec<_> = permits.iter().map(|p| p.buffer(len)).collect();
+        assert_eq!(budget.buffers_handed_out(), (4, 0));
+        // One download ends while three go on past the limit: its buffer is kept, still
+        // lent, and the next download (borrowing again) gets it instead of fresh memory.
+        let first = buffers.pop().expect("four");
+        let at = first.as_ptr();
+        drop(first);
+        assert_eq!(budget.idle_buffer_bytes(), len as u64);
+        assert_eq!(budget.lent(), 2 * len as u64);
+        let next = budget.acquire_with_loan(len as u64, Urgency::Prefetch, &lendable);
+        let reused = next.buffer(len);
+        assert_eq!(reused.as_ptr(), at);
+        assert_eq!(budget.buffers_handed_out(), (4, 1));
+        buffers.push(reused);
         drop(buffers);
+        drop(next);
         drop(permits);
-        // Two buffers fit the limit and are kept; the two borrowed ones were freed.
+        // All four kept for a moment, the two past the limit still lent...
+        assert_eq!(budget.idle_buffer_bytes(), 4 * len as u64);
+        assert_eq!((budget.in_use(), budget.lent()), (0, 2 * len as u64));
+        // ...until unused for long enough: then they go back to the lender, and the two
+        // within the limit stay.
+        assert_eq!(budget.return_loans(Duration::from_secs(3600)), 0);
+        assert_eq!(budget.return_loans(Duration::ZERO), 2 * len as u64);
         assert_eq!(budget.idle_buffer_bytes(), 2 * len as u64);
         assert_eq!((budget.in_use(), budget.lent()), (0, 0));
+        // A budget that lends nothing keeps nothing past its limit.
+        let plain = Arc::new(DownloadBudget::new(2 * BUFFER_GRAIN as u64));
+        let (a, b) = (
+            plain.acquire(len as u64, Urgency::Prefetch),
+            plain.acquire(len as u64, Urgency::Prefetch),
+        );
+        let (ba, bb) = (a.buffer(len), b.buffer(len));
+        drop((a, ba));
+        assert_eq!(plain.idle_buffer_bytes(), len as u64);
+        drop((b, bb));
+        assert_eq!(plain.idle_buffer_bytes(), 2 * len as u64);
     }
 
     /// Starts a thread that takes `bytes` with `urgency`, reports on `tx` when it holds

@@ -73,6 +73,11 @@ pub struct CacheStats {
     /// Bytes of buffers of finished downloads kept for the next ones (together with
     /// `downloading_bytes` within that half of `--memory-limit`; freed after 30 s unused).
     pub idle_download_buffer_bytes: u64,
+    /// Downloads in parts that got a buffer of fresh memory (each page of it zeroed by the
+    /// kernel on first touch).
+    pub download_buffers_made: u64,
+    /// Downloads in parts that got the kept buffer of an earlier one.
+    pub download_buffers_reused: u64,
     /// Shards currently pinned by open handles.
     pub pinned_shards: u64,
     /// How cached files are read and written. Past the page cache (`O_DIRECT`, the default

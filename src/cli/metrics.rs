@@ -85,6 +85,8 @@ const FAMILIES: &[(MetricType, &str, Of, &str)] = &[
     (Gauge, "shardfs_memory_tier_bytes", Of::Stream(|c| c.memory_tier_bytes), "Bytes the memory tier holds now."),
     (Gauge, "shardfs_downloading_bytes", Of::Stream(|c| c.downloading_bytes), "Bytes of shards being downloaded, held in memory until they are on disk."),
     (Gauge, "shardfs_idle_download_buffer_bytes", Of::Stream(|c| c.idle_download_buffer_bytes), "Bytes of buffers of finished downloads kept for the next ones."),
+    (Counter, "shardfs_download_buffers_made", Of::Stream(|c| c.download_buffers_made), "Downloads in parts that got a buffer of fresh memory."),
+    (Counter, "shardfs_download_buffers_reused", Of::Stream(|c| c.download_buffers_reused), "Downloads in parts that got the kept buffer of an earlier download."),
     (Histogram, "shardfs_fetch_duration_seconds", Of::Histograms(fetch_latencies), "Time to download and verify one whole shard."),
     (Histogram, "shardfs_read_duration_seconds", Of::Histograms(|s| vec![(Labels::new(), s.read_latency.clone())]), "Time to answer one read of a sample file, waits for its shard included."),
     (Counter, "shardfs_stalls", Of::One(|s| s.readahead.stalls as f64), "Reads that had to wait for their shard to arrive."),

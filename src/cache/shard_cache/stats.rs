@@ -24,6 +24,7 @@ impl ShardCache {
         }
         let read_ahead = self.preloader.stats();
         let fetched = self.dataset.fetcher().stats();
+        let (buffers_made, buffers_reused) = self.downloads.buffers_handed_out();
         CacheStats {
             // index.json was fetched once, when the dataset was opened.
             bytes_fetched: fetched.bytes_fetched + self.dataset.index_bytes().len() as u64,
@@ -54,6 +55,8 @@ impl ShardCache {
             memory_tier_bytes: self.memory.bytes(),
             downloading_bytes: self.downloads.in_use(),
             idle_download_buffer_bytes: self.downloads.idle_buffer_bytes(),
+            download_buffers_made: buffers_made,
+            download_buffers_reused: buffers_reused,
             pinned_shards: pinned,
             io_backend: match self.direct {
                 Some(path) => path.name().into(),
