@@ -341,7 +341,11 @@ impl LineReader {
 
     /// The next batch of whole lines (of one file); `last` at the end of the range.
     fn batch(&mut self) -> Lines {
-        let mut out = Lines::default();
+        // Room for a whole batch and the line that passes it, mostly: no growing copies.
+        let mut out = Lines {
+            bytes: Vec::with_capacity(BATCH_BYTES + (64 << 10)),
+            ..Lines::default()
+        };
         loop {
             if self.reader.is_none() {
                 match self.open_next() {
@@ -405,7 +409,9 @@ impl Ctx {
 
     /// Encodes every line of `lines` (stopping at the first bad one).
     fn encode(&self, lines: Lines) -> Encoded {
+        // The stored values take about as many bytes as their text.
         let mut out = Encoded {
+            data: Vec::with_capacity(lines.bytes.len()),
             consumed: lines.bytes.len() as u64,
             last: lines.last,
             ..Encoded::default()
