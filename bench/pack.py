@@ -25,7 +25,9 @@ objects (6 ranges each) for s3 -> local; for s3 -> s3, those GETs and PUTs of th
 (the local pack's files, those over 16 MiB in 8 MiB pieces as the multipart upload sends them)
 all at once, the time the link needs to move both. Both outputs are compared byte for byte
 with the local -> local pack of the same files. Every --s3 time is the median of `--repeat`
-runs (default 3: the machine is shared). Build the server first:
+runs (default 3: the machine is shared); under each pack row, the CPU seconds per GB of input
+of the pack and of the server during that (median) run, and how many of the 2 cores they kept
+busy together, which says whether the cores or the link bound it. Build the server first:
 `cargo build --release --example bench-s3-server`.
 """
 import argparse
@@ -160,6 +162,8 @@ def s3_bench(a, tmp):
         # would take the 2 cores the pack and curl share (MD5 of every part written).
         server = harness.Server(procs, a.s3_server, root, a.latency_ms, a.bandwidth_mbps, tmp,
                                 'pack-s3', etags='opaque', checksums='none')
+        global SERVER_PID
+        SERVER_PID = server.proc.pid
         env = dict(os.environ, AWS_ACCESS_KEY_ID=harness.ACCESS_KEY,
                    AWS_SECRET_ACCESS_KEY=harness.SECRET_KEY, AWS_REGION='us-east-1')
         print(f'From s3:// (bench S3 server: {a.latency_ms:g} ms per request, '
@@ -175,12 +179,11 @@ def s3_bench(a, tmp):
             def local_pack(_):
                 if os.path.exists(local_out):
                     shutil.rmtree(local_out)
-                t = time.perf_counter()
-                subprocess.run([a.shardfs, 'pack', os.path.join(data, prefix), local_out,
-                                '--threads', str(a.procs)] + extra, check=True,
-                               capture_output=True)
-                return time.perf_counter() - t
+                return timed_pack([a.shardfs, 'pack', os.path.join(data, prefix), local_out,
+                                   '--threads', str(a.procs)] + extra, env)
+            CPU_LOG.clear()
             local = total / 1e6 / median(a.repeat, local_pack)
+            local_cpu = cpu_note(total / 1e6)
             outs = sorted(os.listdir(local_out))
             out_bytes = sum(os.path.getsize(os.path.join(local_out, f)) for f in outs)
             # The link, in the same run, with as many connections as the pack keeps busy: curl
@@ -209,10 +212,12 @@ def s3_bench(a, tmp):
                 if os.path.exists(out):
                     shutil.rmtree(out)
                 return timed_pack(base[:3] + [out] + base[3:], env)
+            CPU_LOG.clear()
             secs = median(a.repeat, to_local)
             rate = total / 1e6 / secs
             print(f'    shardfs pack s3:// -> local                          {rate:8.1f} MB/s  {secs:6.2f} s'
                   f'  = {rate / down:.2f}x the link down')
+            print(f'      {cpu_note(total / 1e6)}')
             same_local = same_tree(out, local_out)
             shutil.rmtree(out)
 
@@ -222,8 +227,10 @@ def s3_bench(a, tmp):
             rate = total / 1e6 / secs
             print(f'    shardfs pack s3:// -> s3://                          {rate:8.1f} MB/s  {secs:6.2f} s'
                   f'  = {both_secs / secs:.2f}x the link both ways')
+            print(f'      {cpu_note(total / 1e6)}')
             same_s3 = same_tree(os.path.join(data, dest), local_out)
             print(f'    shardfs pack local -> local (same files)             {local:8.1f} MB/s')
+            print(f'      {local_cpu}')
             print(f'    output == the local pack\'s, byte for byte: s3->local {same_local}, '
                   f's3->s3 {same_s3}')
             if prefix == 'tars':
@@ -249,14 +256,44 @@ def median(n, run):
     return times[len(times) // 2]
 
 
+# The CPU seconds (user + system) of the last `timed_pack`: the pack's, and the bench S3
+# server's over the same time (`SERVER_PID`, when set).
+LAST_CPU = {'pack': 0.0, 'server': 0.0}
+SERVER_PID = None
+CPU_LOG = []
+
+
+def proc_cpu(pid):
+    """CPU seconds (user + system) process `pid` has used so far."""
+    with open(f'/proc/{pid}/stat') as f:
+        fields = f.read().rsplit(')', 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf('SC_CLK_TCK')
+
+
 def timed_pack(cmd, env):
-    """Wall seconds of one `shardfs pack`."""
+    """Wall seconds of one `shardfs pack` (its CPU and the server's go to CPU_LOG)."""
+    before = proc_cpu(SERVER_PID) if SERVER_PID else 0.0
     t = time.perf_counter()
-    p = subprocess.run(cmd, env=env, capture_output=True, text=True)
+    p = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(p.pid, 0)
     secs = time.perf_counter() - t
-    if p.returncode != 0:
-        sys.exit(f'{" ".join(cmd)} failed: {p.stderr}')
+    err = p.stderr.read().decode()
+    if status != 0:
+        sys.exit(f'{" ".join(cmd)} failed: {err}')
+    server = proc_cpu(SERVER_PID) - before if SERVER_PID else 0.0
+    CPU_LOG.append((secs, usage.ru_utime + usage.ru_stime, server))
     return secs
+
+
+def cpu_note(mb):
+    """The median run's CPU (of the last `median` over `timed_pack`) per GB of input, pack and
+    server, and of both against the wall time (2 cores: at most 2.0)."""
+    runs = sorted(CPU_LOG)
+    CPU_LOG.clear()
+    secs, pack, server = runs[len(runs) // 2]
+    gb = mb / 1e3
+    return (f'CPU-s/GB pack {pack / gb:5.2f} server {server / gb:5.2f}'
+            f'  (cores busy {(pack + server) / secs:.2f})')
 
 
 def same_tree(a, b):

@@ -634,3 +634,108 @@ pub mod encode {
         Ok(out)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Shards as MDSWriter lays them out, assembled the plain way: the cut rule, then the
+    /// count, the offsets, the config and the samples one after the other.
+    fn plain_shards(spec: &ShardSpec, samples: &[Vec<Vec<u8>>]) -> Vec<Vec<u8>> {
+        let config = spec.config_json.as_bytes();
+        let limit = spec.config.size_limit.unwrap_or(u64::MAX);
+        let mut shards: Vec<Vec<Vec<u8>>> = vec![Vec::new()];
+        let mut size = 8 + config.len() as u64;
+        for values in samples {
+            let mut sample = Vec::new();
+            for (c, v) in spec.columns.iter().zip(values) {
+                if c.size.is_none() {
+                    sample.extend_from_slice(&(v.len() as u32).to_le_bytes());
+                }
+            }
+            values.iter().for_each(|v| sample.extend_from_slice(v));
+            let s = 4 + sample.len() as u64;
+            if limit < size + s {
+                shards.push(Vec::new());
+                size = 8 + config.len() as u64;
+            }
+            size += s;
+            shards.last_mut().unwrap().push(sample);
+        }
+        shards
+            .into_iter()
+            .map(|samples| {
+                let n = samples.len();
+                let base = (4 + 4 * (n + 1) + config.len()) as u32;
+                let mut out = (n as u32).to_le_bytes().to_vec();
+                let mut at = base;
+                out.extend_from_slice(&at.to_le_bytes());
+                for s in &samples {
+                    at += s.len() as u32;
+                    out.extend_from_slice(&at.to_le_bytes());
+                }
+                out.extend_from_slice(config);
+                samples.iter().for_each(|s| out.extend_from_slice(s));
+                out
+            })
+            .collect()
+    }
+
+    #[test]
+    fn shards_built_in_place_are_the_plain_layout() {
+        let spec = Arc::new(
+            ShardSpec::new(WriterConfig {
+                columns: vec![("b".into(), Encoding::Bytes), ("i".into(), Encoding::Int)],
+                compression: None,
+                hashes: vec![],
+                size_limit: Some(20_000),
+            })
+            .unwrap(),
+        );
+        // Large samples then many small ones (more samples than the header room was made
+        // for), then large again (fewer) with one over the limit; and a first sample over the
+        // limit (an empty shard before it).
+        let mixed: Vec<usize> = (0..6)
+            .map(|_| 3000)
+            .chain((0..900).map(|i| i % 7))
+            .chain([5000, 25_000, 9000, 1])
+            .chain((0..40).map(|i| 400 + i))
+            .collect();
+        for sizes in [mixed, vec![25_000, 10, 10]] {
+            check_in_place(&spec, &sizes);
+        }
+    }
+
+    fn check_in_place(spec: &Arc<ShardSpec>, sizes: &[usize]) {
+        let samples: Vec<Vec<Vec<u8>>> = sizes
+            .iter()
+            .enumerate()
+            .map(|(k, &len)| vec![vec![k as u8; len], (k as i64).to_le_bytes().to_vec()])
+            .collect();
+        let want = plain_shards(spec, &samples);
+        for pool in [None, Some(ShardBuffers::new(2))] {
+            let mut b = ShardBuilder::new(Arc::clone(spec), 0);
+            if let Some(p) = &pool {
+                b = b.with_buffers(p.clone());
+            }
+            let mut got = Vec::new();
+            for values in &samples {
+                let refs: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+                if let Some(shard) = b.write(&refs).unwrap() {
+                    got.push(shard.bytes().to_vec());
+                    // Buffers come back dirty; the next shard must not show old bytes.
+                    if let Some(p) = &pool {
+                        let mut buf = shard.into_buffer();
+                        buf.iter_mut().for_each(|x| *x = 0xee);
+                        p.give(buf);
+                    }
+                }
+            }
+            got.extend(b.finish().unwrap().map(|s| s.into_vec()));
+            assert_eq!(got.len(), want.len());
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert!(g == w, "shard {i} differs (pool: {})", pool.is_some());
+            }
+        }
+    }
+}

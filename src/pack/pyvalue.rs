@@ -547,6 +547,45 @@ mod tests {
     }
 
     #[test]
+    fn flat_objects_read_as_loads_reads_them() {
+        let lines = [
+            r#"{"a": 1, "b": -0, "c": 2.50, "d": "x\"y", "e": [1, {"f": null}], "g": "plain"}"#,
+            " {\"n\":NaN,\"i\":-Infinity,\"big\":123456789012345678901234567890,\"e\":1E3}\r\n",
+            r#"{"s": "é😀", "t": true, "u": "\u0041"}"#,
+            "{}",
+        ];
+        for line in lines {
+            let mut got = Vec::new();
+            flat_object(line.as_bytes(), |k, v| {
+                got.push((k.to_string(), v.into_py()));
+                Some(())
+            })
+            .unwrap_or_else(|| panic!("{line:?} not read"));
+            let Ok(PyValue::Dict(want)) = loads(line.as_bytes()) else {
+                panic!("{line:?}")
+            };
+            // NaN is not equal to itself: compare the rendered text.
+            let (mut a, mut b) = (String::new(), String::new());
+            dumps(&PyValue::Dict(got), &mut a);
+            dumps(&PyValue::Dict(want), &mut b);
+            assert_eq!(a, b);
+        }
+        // Not flat objects (or not JSON): left to `loads`.
+        for line in [
+            r#"{"a\u0041": 1}"#,
+            "[1]",
+            r#"{"a": 1,}"#,
+            "{\"a\": \"x\u{1}\"}",
+            "{} x",
+        ] {
+            assert!(
+                flat_object(line.as_bytes(), |_, _| Some(())).is_none(),
+                "{line}"
+            );
+        }
+    }
+
+    #[test]
     fn refuses_what_python_refuses() {
         for bad in ["", "{", "[1,]", "01", "{'a':1}", "\"\\x\"", "[1] 2", "tru"] {
             assert!(loads(bad.as_bytes()).is_err(), "{bad:?}");
