@@ -1777,6 +1777,75 @@ fn a_hashless_shard_is_checked_by_the_crc_s3_keeps_before_its_etag() {
     }
 }
 
+/// Issue 36: where the CRC64NVME S3 keeps of an uncompressed shard vouched for its download,
+/// the cache records that CRC as its checksum of the file instead of hashing the shard again
+/// (an xxh3 where the store keeps none); either kind catches a file that rots on disk
+/// between two mounts.
+#[test]
+fn the_crc_s3_keeps_is_the_cache_s_checksum_of_the_file_and_still_catches_rot() {
+    use crate::common::FakeS3Options;
+    use shardfs_testkit::s3::{EtagMode, FakeS3};
+    for crc in [true, false] {
+        let server = FakeS3::start_with(EtagMode::Md5);
+        server.answer_checksum_mode(crc);
+        let tmp = tempfile::tempdir().unwrap();
+        let ds = hashless_copy("basic", tmp.path());
+        server.put_dir("bkt", "basic", &ds);
+        let cache_dir = tmp.path().join("cache");
+        let shard_sums = |cache: &ShardCache, s: usize| {
+            let name = cache.dataset().index().shards()[s].raw.basename.clone();
+            let sum = |ext: &str| {
+                std::fs::read_to_string(cache.dir().join("sums").join(format!("{name}.{ext}"))).ok()
+            };
+            let (crc_file, xxh3_file) = (sum("crc64nvme"), sum("xxh3"));
+            (name, crc_file, xxh3_file)
+        };
+        let n;
+        {
+            let (_faulty, _counting, dataset) =
+                instrumented_with_parts("s3://bkt/basic", &server.options(), 4096);
+            let cache = ShardCache::open(dataset, opts(&cache_dir)).unwrap();
+            check_every_sample(&cache, &ds);
+            n = cache.dataset().index().shards().len();
+            for s in 0..n {
+                let (name, crc_file, xxh3_file) = shard_sums(&cache, s);
+                let bytes = std::fs::read(ds.join(&name)).unwrap();
+                if crc {
+                    let want = crc_fast::checksum(crc_fast::CrcAlgorithm::Crc64Nvme, &bytes);
+                    assert_eq!(crc_file, Some(format!("{want:016x}\n")), "{name}");
+                    assert_eq!(xxh3_file, None, "{name}: one sum per shard");
+                } else {
+                    let want = xxhash_rust::xxh3::xxh3_64(&bytes);
+                    assert_eq!(xxh3_file, Some(format!("{want:016x}\n")), "{name}");
+                    assert_eq!(crc_file, None, "{name}: one sum per shard");
+                }
+            }
+            flip_a_byte(&cache.shard_path(1).unwrap());
+        }
+        // The next mount adopts every shard, finds shard 1 rotten on its first use, fetches
+        // it again and serves the true bytes.
+        let (_faulty, counting, dataset) =
+            instrumented_with_parts("s3://bkt/basic", &server.options(), 4096);
+        let cache = ShardCache::open(dataset, opts(&cache_dir)).unwrap();
+        assert!((0..n).all(|s| cache.is_resident(s)), "crc: {crc}");
+        check_every_sample(&cache, &ds);
+        assert_eq!(cache.stats().verify_failures, 1, "crc: {crc}");
+        let (name, _, _) = shard_sums(&cache, 1);
+        // Whole or in ranged parts: the bytes of the shard came again.
+        let size = std::fs::metadata(ds.join(&name)).unwrap().len();
+        assert!(
+            counting.for_key(&name).bytes >= size,
+            "crc: {crc}: fetched again"
+        );
+        let (other, _, _) = shard_sums(&cache, 0);
+        assert_eq!(
+            counting.for_key(&other).bytes,
+            0,
+            "crc: {crc}: intact shards reused"
+        );
+    }
+}
+
 #[test]
 fn a_download_in_parts_with_a_foreign_etag_is_repaired_by_the_checksum_s3_keeps() {
     use crate::common::FakeS3Options;

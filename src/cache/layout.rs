@@ -6,7 +6,8 @@
 //!     .lock                              flock: one process per dataset folder
 //!     tmp/<shard>.<pid>.<n>.part         fills in progress (deleted at open)
 //!     shards/<raw basename>              complete, verified, uncompressed shards
-//!     sums/<raw basename>.xxh3           xxh3-64 of the shard's bytes, written before the shard
+//!     sums/<raw basename>.xxh3           xxh3-64 of the shard's bytes, written before the shard,
+//!     sums/<raw basename>.crc64nvme      or the store's CRC64NVME of them (see `file_sum.rs`)
 //! ```
 //! A shard without its sum is not adopted (it is refetched); an adopted shard is hashed against
 //! its sum before its first use, and again whenever its file changes under the cache.
@@ -15,6 +16,7 @@
 //! there is no separate journal to get out of step. Basenames may contain folders
 //! ("3/shard.00000.mds"); they are validated as [`ObjectKey`]s and so cannot escape.
 
+use super::file_sum::FileSum;
 use super::io::{direct, uring_direct::PieceWriter, DirectPath};
 use super::CacheError;
 use crate::store::ObjectKey;
@@ -112,7 +114,7 @@ pub enum Durability {
     /// fsync the file and its folder: `dest` survives a power loss whole or not at all.
     Synced,
     /// Leave write-back to the kernel. For shard files: a power loss can leave one torn, but
-    /// every adopted shard is hashed against its recorded xxh3 before first use, so a torn
+    /// every adopted shard is hashed against its recorded checksum before first use, so a torn
     /// file is refetched, never served — and the fill path does not wait for the disk.
     Unsynced,
     /// As `Unsynced`, written past the page cache (`O_DIRECT`, see `io::direct`; through
@@ -189,22 +191,35 @@ impl Layout {
             .fold(self.shards.clone(), |p, s| p.join(s))
     }
 
-    /// Where the checksum of shard `basename` is kept.
-    pub fn sum_path(&self, basename: &ObjectKey) -> PathBuf {
+    /// Where a checksum of shard `basename` of the kind named `extension` is kept.
+    pub fn sum_path(&self, basename: &ObjectKey, extension: &str) -> PathBuf {
         let mut p = basename
             .segments()
             .fold(self.sums.clone(), |p, s| p.join(s))
             .into_os_string();
-        p.push(".xxh3");
+        p.push(".");
+        p.push(extension);
         PathBuf::from(p)
     }
 
-    /// Records the xxh3-64 of shard `basename` (before the shard itself is renamed into place).
-    pub fn write_sum(&self, basename: &ObjectKey, sum: u64) -> Result<(), CacheError> {
-        let dest = self.sum_path(basename);
+    /// Records the checksum of shard `basename` (before the shard itself is renamed into
+    /// place). A sum of another kind recorded earlier is removed first, so a crash leaves at
+    /// most the new one, or none (then the shard is fetched again).
+    pub fn write_sum(&self, basename: &ObjectKey, sum: FileSum) -> Result<(), CacheError> {
+        for other in FileSum::EXTENSIONS {
+            if other != sum.extension() {
+                let stale = self.sum_path(basename, other);
+                match fs::remove_file(&stale) {
+                    Ok(()) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                    Err(e) => return Err(CacheError::io("remove", &stale, e)),
+                }
+            }
+        }
+        let dest = self.sum_path(basename, sum.extension());
         let parent = dest.parent().unwrap_or(&self.sums);
         fs::create_dir_all(parent).map_err(|e| CacheError::io("create folder", parent, e))?;
-        let tmp = dest.with_extension("xxh3.tmp");
+        let tmp = dest.with_extension(format!("{}.tmp", sum.extension()));
         {
             use std::os::unix::fs::OpenOptionsExt;
             let mut f = OpenOptions::new()
@@ -214,16 +229,18 @@ impl Layout {
                 .mode(0o600)
                 .open(&tmp)
                 .map_err(|e| CacheError::io("create", &tmp, e))?;
-            f.write_all(format!("{sum:016x}\n").as_bytes())
+            f.write_all(sum.to_text().as_bytes())
                 .map_err(|e| CacheError::io("write", &tmp, e))?;
         }
         fs::rename(&tmp, &dest).map_err(|e| CacheError::io("rename into", &dest, e))
     }
 
-    /// The recorded xxh3-64 of shard `basename`, if there is a readable one.
-    pub fn read_sum(&self, basename: &ObjectKey) -> Option<u64> {
-        let text = fs::read_to_string(self.sum_path(basename)).ok()?;
-        u64::from_str_radix(text.trim(), 16).ok()
+    /// The recorded checksum of shard `basename`, if there is a readable one.
+    pub fn read_sum(&self, basename: &ObjectKey) -> Option<FileSum> {
+        FileSum::EXTENSIONS.iter().find_map(|ext| {
+            let text = fs::read_to_string(self.sum_path(basename, ext)).ok()?;
+            FileSum::parse(ext, &text)
+        })
     }
 
     /// Writes `data` to a temporary file and renames it to `dest`, so `dest` never holds part

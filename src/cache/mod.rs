@@ -10,9 +10,11 @@
 //!   check its size and its cheapest known hash from index.json (re-downloading on mismatch),
 //!   decompress it to exactly the raw size and check the header against the index; then it
 //!   writes a temp file and
-//!   renames it into place, with its xxh3 recorded beside it. Corrupt or short data never
-//!   reaches `shards/`; the write is not fsynced (the read path does not wait for the disk),
-//!   and a file torn by a crash fails its xxh3 when adopted and is fetched again. See
+//!   renames it into place, with its checksum recorded beside it (an xxh3, or the CRC64NVME
+//!   the store keeps when that vouched for the download: `file_sum.rs`). Corrupt or short
+//!   data never reaches `shards/`; the write is not fsynced (the read path does not wait for
+//!   the disk), and a file torn by a crash fails its checksum when adopted and is fetched
+//!   again. See
 //!   `layout.rs` for the folder layout.
 //! - **Restarts keep everything verified.** The folder is keyed by the dataset identity
 //!   (canonical source URL + index.json digest), so datasets never collide and a remount
@@ -43,6 +45,7 @@
 mod dataset;
 mod download_budget;
 mod error;
+mod file_sum;
 mod io;
 mod layout;
 mod memory;

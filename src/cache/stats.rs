@@ -110,7 +110,7 @@ pub(crate) struct Counters {
     pub disk_misses: AtomicU64,
     pub evictions: AtomicU64,
     pub fill_failures: AtomicU64,
-    /// Cached files that failed their xxh3 (downloads that failed their checks are the
+    /// Cached files that failed their recorded checksum (downloads that failed their checks are the
     /// fetcher's).
     pub verify_failures: AtomicU64,
     pub disk_write_failures: AtomicU64,

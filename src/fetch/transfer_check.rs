@@ -57,6 +57,10 @@ impl Fetcher {
     /// one (`asked`). `previous` holds the MD5 of the last download that failed, for the rule
     /// that two downloads that agree are the object's bytes when its ETags may not be MD5s;
     /// `None` checks strictly, without it.
+    ///
+    /// On success, the CRC64NVME that vouched for the bytes, when a checksum of the store's
+    /// with one decided (the cache keeps it as its own checksum of the file, so it need not
+    /// hash the bytes again).
     pub(super) fn transfer_check(
         &self,
         shard: usize,
@@ -65,7 +69,7 @@ impl Fetcher {
         sums: &TransferSums,
         previous: Option<&mut Option<[u8; 16]>>,
         asked: &AskedChecksums<'_>,
-    ) -> Result<(), Rejected> {
+    ) -> Result<Option<u64>, Rejected> {
         use std::sync::atomic::Ordering::Relaxed;
         let strict = previous.is_none();
         // Two downloads agree: taken only when this dataset's ETags have never been MD5s.
@@ -81,14 +85,16 @@ impl Fetcher {
         // full-object S3 CRC32C) are always of the object: a mismatch is damage, never a
         // different scheme.
         if !sums.store.is_empty() {
-            return Ok(sums.store.check(bytes)?);
+            sums.store.check(bytes)?;
+            return Ok(sums.store.crc64nvme);
         }
         // The checksum S3 keeps of the object (CRC64NVME for every upload since December
         // 2024), asked beside the download: a CRC runs at memory speed, so the ETag's MD5 is
         // not needed. A mismatch is damage (or an object replaced between the question and
         // the download: the next read of the shard asks again).
         if let Some(kept) = asked.answered() {
-            return Ok(kept.check(bytes)?);
+            kept.check(bytes)?;
+            return Ok(kept.crc64nvme);
         }
         if let Some(want) = sums.md5 {
             let got: [u8; 16] = sums
@@ -97,14 +103,14 @@ impl Fetcher {
                 .unwrap_or_else(|| md5::Md5::digest(bytes).into());
             if got == want {
                 self.etags_are_md5.store(true, Relaxed);
-                return Ok(());
+                return Ok(None);
             }
             if let Some(checked) = asked.check_unless_etags_are_md5(bytes) {
                 return checked;
             }
             if agreed_with_previous(got) {
                 tracing::info!(shard, url = %url, "the ETag is not an MD5 of the object (SSE-KMS or SSE-C?); two downloads agree, using them");
-                return Ok(());
+                return Ok(None);
             }
             return Err(Rejected::EtagMd5 { got, want });
         }
@@ -124,7 +130,7 @@ impl Fetcher {
             if let Some(p) = matched {
                 self.part_size.store(p, Relaxed);
                 self.etags_are_md5.store(true, Relaxed);
-                return Ok(());
+                return Ok(None);
             }
             if let Some(checked) = asked.check_unless_etags_are_md5(bytes) {
                 return checked;
@@ -132,13 +138,13 @@ impl Fetcher {
             let got: [u8; 16] = md5::Md5::digest(bytes).into();
             if agreed_with_previous(got) {
                 tracing::info!(shard, url = %url, "the multipart ETag matches no usual part size; two downloads agree, using them");
-                return Ok(());
+                return Ok(None);
             }
             return Err(Rejected::MultipartEtag { want, parts });
         }
         // No ETag that could be an MD5 (another S3-compatible store's): the size and header
         // checks that follow, and the store's checksum when it keeps one.
-        asked.check(bytes).unwrap_or(Ok(()))
+        asked.check(bytes).unwrap_or(Ok(None))
     }
 }
 
@@ -238,19 +244,23 @@ impl<'a> AskedChecksums<'a> {
 
     /// The bytes checked against the store's checksum, `None` when it gives none (or when
     /// this store never has, after [`CHECKSUM_ASKS_WITHOUT_ANSWER`] tries).
-    fn check(&self, bytes: &[u8]) -> Option<Result<(), Rejected>> {
+    fn check(&self, bytes: &[u8]) -> Option<Result<Option<u64>, Rejected>> {
         let answered = *self.answer.lock().unwrap_or_else(|p| p.into_inner());
         let sums = match answered {
             Some(sums) => sums,
             None if self.worth_asking() => self.get(),
             None => return None,
         };
-        (!sums.is_empty()).then(|| sums.check(bytes).map_err(Rejected::from))
+        (!sums.is_empty()).then(|| {
+            sums.check(bytes)
+                .map(|()| sums.crc64nvme)
+                .map_err(Rejected::from)
+        })
     }
 
     /// [`Self::check`] for a download whose MD5 differs from its ETag: only while this
     /// dataset's ETags have never been MD5s (once one matched, a mismatch is damage).
-    fn check_unless_etags_are_md5(&self, bytes: &[u8]) -> Option<Result<(), Rejected>> {
+    fn check_unless_etags_are_md5(&self, bytes: &[u8]) -> Option<Result<Option<u64>, Rejected>> {
         if self
             .dataset
             .etags_are_md5

@@ -38,6 +38,19 @@ impl PartSink for () {
 /// caller writes the bytes after their check then).
 pub type Stager<'a, S> = &'a (dyn Fn(u64) -> Option<S> + Sync);
 
+/// A shard from [`Fetcher::fetch_shard_into`]: its verified, uncompressed bytes, and what
+/// else the download leaves that the caller can use.
+#[derive(Debug)]
+pub struct FetchedShard<S> {
+    /// The shard's bytes, uncompressed and checked.
+    pub raw: Bytes,
+    /// What the caller's stager made of the bytes (when it ran and finished).
+    pub staged: Option<S>,
+    /// The CRC64NVME of `raw`, when a checksum the store keeps vouched for the bytes (and
+    /// they were stored uncompressed): a checksum of the shard the caller need not compute.
+    pub crc64nvme: Option<u64>,
+}
+
 impl Fetcher {
     /// Downloads a whole shard and returns its verified, uncompressed bytes: the stored
     /// file's size and one known hash are checked (up to `attempts` downloads on a mismatch),
@@ -51,7 +64,7 @@ impl Fetcher {
     pub fn fetch_shard(&self, shard: usize, attempts: u32) -> Result<Bytes, FetchError> {
         let fresh = |len: usize| vec![0u8; len];
         self.fetch_shard_into::<Vec<u8>, ()>(shard, attempts, &fresh, None)
-            .map(|(raw, _)| raw)
+            .map(|fetched| fetched.raw)
     }
 
     /// [`Self::fetch_shard`], downloading in parts into buffers `buffer` makes (of the
@@ -67,7 +80,7 @@ impl Fetcher {
         attempts: u32,
         buffer: &dyn Fn(usize) -> B,
         stage: Option<Stager<'_, S>>,
-    ) -> Result<(Bytes, Option<S>), FetchError> {
+    ) -> Result<FetchedShard<S>, FetchError> {
         let entry = self.shard(shard)?;
         let stage = stage.filter(|_| entry.zip.is_none());
         let stored = entry.stored_file();
@@ -166,19 +179,24 @@ impl Fetcher {
                     &asked,
                 )
             } else {
-                Ok(())
+                Ok(None)
             }
-            .and_then(|()| {
-                mds::verify_hashes(&check, &download).map_err(|e| Rejected::Hash(Arc::new(e)))
+            .and_then(|crc| {
+                mds::verify_hashes(&check, &download)
+                    .map(|()| crc)
+                    .map_err(|e| Rejected::Hash(Arc::new(e)))
             });
-            if let Err(reason) = stored_ok {
-                failed(attempt, &reason);
-                last = Some(reason);
-                if let Download::Parts(whole, tag, _, _) = download {
-                    held = Some((whole, tag));
+            let vouched_crc = match stored_ok {
+                Ok(crc) => crc,
+                Err(reason) => {
+                    failed(attempt, &reason);
+                    last = Some(reason);
+                    if let Download::Parts(whole, tag, _, _) = download {
+                        held = Some((whole, tag));
+                    }
+                    continue;
                 }
-                continue;
-            }
+            };
             let mut download = download;
             let staged = download.take_staged();
             let outcome = unpack(entry, download.freeze()).and_then(|raw| {
@@ -200,7 +218,12 @@ impl Fetcher {
                         staged = staged.is_some(),
                         "shard checked"
                     );
-                    return Ok((raw, staged));
+                    return Ok(FetchedShard {
+                        raw,
+                        staged,
+                        // Of the stored bytes: the shard's own only when stored uncompressed.
+                        crc64nvme: vouched_crc.filter(|_| entry.zip.is_none()),
+                    });
                 }
                 Err(reason) => {
                     failed(attempt, &reason);

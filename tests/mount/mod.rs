@@ -864,7 +864,8 @@ fn cached_files_named(dir: &Path, part: &str) -> Vec<PathBuf> {
             if p.is_dir() {
                 stack.push(p);
             } else if e.file_name().to_string_lossy().contains(part)
-                && p.extension().is_none_or(|x| x != "xxh3")
+                && p.extension()
+                    .is_none_or(|x| x != "xxh3" && x != "crc64nvme")
             {
                 out.push(p);
             }

@@ -52,7 +52,7 @@ impl ShardCache {
     }
 
     /// Queues a read of sample `i` of `shard` (bytes `range` of `file`) into memory, when the file is trusted as it is now (checked against its recorded
-    /// xxh3 in this process, or written by it), the sample is not in memory yet, and there is
+    /// checksum in this process, or written by it), the sample is not in memory yet, and there is
     /// room.
     pub(super) fn preload(
         &self,

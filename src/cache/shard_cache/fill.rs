@@ -8,6 +8,7 @@ use super::room::{Room, RoomWait};
 use super::trust::{FileStamp, Trust};
 use super::{ShardCache, Slot};
 use crate::cache::download_budget::Urgency;
+use crate::cache::file_sum::FileSum;
 use crate::cache::io;
 use crate::cache::layout::Durability;
 use crate::cache::memory::Provenance;
@@ -219,12 +220,13 @@ impl ShardCache {
             }
         };
         let buffer = |len: usize| memory.buffer(len);
-        let (raw, staged) = self.dataset.fetcher().fetch_shard_into(
+        let fetched = self.dataset.fetcher().fetch_shard_into(
             shard,
             self.opts.verify_attempts,
             &buffer,
             Some(&stage),
         )?;
+        let (raw, staged) = (fetched.raw, fetched.staged);
         let fetched_in = started.elapsed();
         self.counters.fetch_latency.observe(fetched_in);
         if let Ok(h) = ShardHeader::parse(&raw) {
@@ -233,7 +235,12 @@ impl ShardCache {
         }
         flight.publish(raw.clone());
         let dest = self.layout.shard_path(key);
-        let sum = xxhash_rust::xxh3::xxh3_64(&raw);
+        // The store's CRC64NVME when it vouched for these very bytes: no second pass over
+        // them (see `file_sum.rs`).
+        let sum = match fetched.crc64nvme {
+            Some(crc) => FileSum::Crc64Nvme(crc),
+            None => FileSum::xxh3_of(&raw),
+        };
         let written = self.layout.write_sum(key, sum).and_then(|()| match staged {
             Some(pieces) => pieces
                 .finish()

@@ -1,7 +1,9 @@
 //! File trust: which cached files are trusted as they are (checked against their recorded
-//! xxh3 in this process and unchanged since), and re-hashing those that are new or changed.
+//! checksum in this process and unchanged since), and re-hashing those that are new or
+//! changed.
 
 use super::ShardCache;
+use crate::cache::file_sum::FileSum;
 use crate::cache::io::{self, DirectPath};
 use crate::cache::stats::Counters;
 use crate::cache::CacheError;
@@ -11,7 +13,7 @@ use std::fs::File;
 /// verified against; `None` until verified in this process (an adopted shard).
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Trust {
-    pub(super) sum: u64,
+    pub(super) sum: FileSum,
     pub(super) verified: Option<FileStamp>,
 }
 
@@ -23,16 +25,21 @@ pub(super) struct FileStamp {
     mtime_ns: i128,
 }
 
-/// xxh3-64 of the first `len` bytes of `file`, read in 1 MiB pieces: with `O_DIRECT` as
-/// `direct` says (through io_uring, a few pieces read ahead of the hash, or pread), else
-/// through the page cache into one buffer.
-fn hash_file(file: &File, len: u64, direct: Option<DirectPath>) -> std::io::Result<u64> {
+/// The checksum of the kind of `like` of the first `len` bytes of `file`, read in 1 MiB
+/// pieces: with `O_DIRECT` as `direct` says (through io_uring, a few pieces read ahead of
+/// the hash, or pread), else through the page cache into one buffer.
+fn hash_file(
+    file: &File,
+    len: u64,
+    direct: Option<DirectPath>,
+    like: FileSum,
+) -> std::io::Result<FileSum> {
     use std::os::unix::fs::FileExt;
     const PIECE: usize = 1 << 20;
-    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut hasher = like.hasher();
     if direct == Some(DirectPath::Uring) {
         io::uring_direct::read_in_order(file, len, PIECE, |b| hasher.update(b))?;
-        return Ok(hasher.digest());
+        return Ok(hasher.finish());
     }
     let mut buf = io::direct::AlignedBuf::zeroed(PIECE)?;
     let mut at = 0u64;
@@ -46,7 +53,7 @@ fn hash_file(file: &File, len: u64, direct: Option<DirectPath>) -> std::io::Resu
         }
         at += want as u64;
     }
-    Ok(hasher.digest())
+    Ok(hasher.finish())
 }
 
 impl FileStamp {
@@ -61,7 +68,7 @@ impl FileStamp {
 }
 
 impl ShardCache {
-    /// Checks the cached file of `shard` against its recorded xxh3 when the file is new to
+    /// Checks the cached file of `shard` against its recorded checksum when the file is new to
     /// this process or changed since it was last checked. False (and the file removed) when
     /// it does not match.
     pub(super) fn verify_file(
@@ -89,7 +96,7 @@ impl ShardCache {
             return Ok(true);
         };
         let path = self.shard_path(shard)?;
-        let got = hash_file(file, meta.len(), self.direct)
+        let got = hash_file(file, meta.len(), self.direct, t.sum)
             .map_err(|e| CacheError::io("read", &path, e))?;
         if got == t.sum {
             if let Some(t) = self
@@ -103,7 +110,7 @@ impl ShardCache {
             return Ok(true);
         }
         Counters::add(&self.counters.verify_failures, 1);
-        tracing::warn!(shard, path = %path.display(), expected = format!("{:016x}", t.sum), got = format!("{got:016x}"), "cached shard does not match its checksum (changed on disk); fetching it again");
+        tracing::warn!(shard, path = %path.display(), expected = %t.sum, got = %got, "cached shard does not match its checksum (changed on disk); fetching it again");
         self.trust
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -122,8 +129,8 @@ impl ShardCache {
     }
 
     /// Whether the cached file of `shard`, as `stamp` describes it now, is trusted without
-    /// hashing it: checked against its recorded xxh3 in this process and unchanged since (or
-    /// with no recorded xxh3 to check).
+    /// hashing it: checked against its recorded checksum in this process and unchanged since
+    /// (or with no recorded checksum to check).
     pub(super) fn trusted_as_is(&self, shard: usize, stamp: FileStamp) -> bool {
         self.trust
             .lock()
