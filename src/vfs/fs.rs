@@ -613,21 +613,27 @@ impl Vfs {
                     None
                 };
                 let at = self.locate(s.0)?;
+                // A read of a shard not on disk yet is a stall, timed from here: a hold for
+                // the first fetch of a cold start is part of the wait.
+                let wait = StallClock {
+                    resident: self.source.is_resident(&at),
+                    since: Instant::now(),
+                };
                 if rank.is_some() && !self.source.can_read_now(&at) {
                     self.readahead.hold_for_first_fetch(at.global_shard);
                 }
+                let r = ColumnRead {
+                    at,
+                    column: c.0,
+                    offset,
+                    size,
+                };
                 let data = match state {
                     None | Some(SizeState::Verified(_)) => {
-                        let r = ColumnRead {
-                            at,
-                            column: c.0,
-                            offset,
-                            size,
-                        };
-                        self.read_sample(&at, |src| src.read(r))?
+                        self.read_sample(wait, |src| src.read(r))?
                     }
                     Some(SizeState::Unverified(given)) => {
-                        self.read_checking_size(ino, &at, c, offset, size, given)?
+                        self.read_checking_size(ino, r, wait, given)?
                     }
                     // The kernel still holds a wrong size (it retries a failed read at once):
                     // no bytes until it has forgotten it.
@@ -654,18 +660,16 @@ impl Vfs {
         }
     }
 
-    /// Runs `read` on the source for the sample `at`, counting a stall when its shard was
-    /// not on disk yet.
+    /// Runs `read` on the source, counting a stall when the sample's shard was not on disk
+    /// when `wait` started.
     fn read_sample<T>(
         &self,
-        at: &Location,
+        wait: StallClock,
         read: impl FnOnce(&dyn SampleSource) -> Result<T, SourceError>,
     ) -> Result<T, VfsError> {
-        let resident = self.source.is_resident(at);
-        let started = Instant::now();
         let r = read(&*self.source);
-        if !resident {
-            self.readahead.record_stall(started.elapsed());
+        if !wait.resident {
+            self.readahead.record_stall(wait.since.elapsed());
         }
         r.map_err(|e| self.source_failed(e, FailedOp::Read))
     }
@@ -677,20 +681,13 @@ impl Vfs {
     fn read_checking_size(
         &self,
         ino: Ino,
-        at: &Location,
-        col: ColumnNo,
-        offset: u64,
-        size: u32,
+        r: ColumnRead,
+        wait: StallClock,
         given: u64,
     ) -> Result<Bytes, VfsError> {
-        let sample = at.sample;
-        let r = ColumnRead {
-            at: *at,
-            column: col.0,
-            offset,
-            size,
-        };
-        let (data, actual) = self.read_sample(at, |src| src.read_with_size(r))?;
+        let sample = r.at.sample;
+        let col = ColumnNo(r.column);
+        let (data, actual) = self.read_sample(wait, |src| src.read_with_size(r))?;
         if actual == given {
             self.sizes.record(sample, col, actual);
             return Ok(data);
@@ -767,4 +764,12 @@ impl Vfs {
             memory: crate::cache::process_memory::snapshot(),
         }
     }
+}
+
+/// When a read began to wait for its sample, and whether the sample's shard was on disk then
+/// (a read of one that was not counts as a stall).
+#[derive(Debug, Clone, Copy)]
+struct StallClock {
+    resident: bool,
+    since: Instant,
 }
