@@ -611,7 +611,8 @@ class Runner:
         if warm and warm[0].get("samples"):
             per_sample = warm[0]["payload_bytes"] // warm[0]["samples"]
             self.disk_ceiling = {"read_bytes": per_sample,
-                                 "by_depth": disk_ceiling(cache, per_sample)}
+                                 "by_depth": disk_ceiling(cache, per_sample),
+                                 "write_mb_per_s": disk_write_ceiling(cache)}
         self.null_fuse(null_manifest)
 
     def null_fuse(self, manifest):
@@ -1129,11 +1130,60 @@ def disk_ceiling(folder, read_bytes, depths=(1, 4, 8), reads=4000):
     return out
 
 
-def disk_table(ceiling, read_bytes):
+def disk_write_ceiling(folder, files=2, piece=8 << 20, per_file=256 << 20):
+    """The cache disk's write ceiling for a cold pass, which writes every shard it fetches
+    to the cache: MB/s of sequential O_DIRECT writes of `piece`-byte pieces (as shardfs
+    stages a download's parts) to `files` new files at once in `folder`'s file system (as
+    two or more shards are written at once), fsynced at the end; None when O_DIRECT or the
+    folder is not there. The files are removed after."""
+    import mmap
+    import threading
+    if not os.path.isdir(folder):
+        return None
+    paths = [os.path.join(folder, f".bench-write-ceiling-{k}") for k in range(files)]
+    failed = []
+
+    def worker(path):
+        buf = mmap.mmap(-1, piece)
+        buf.write(os.urandom(4096) * (piece // 4096))
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_DIRECT, 0o600)
+        except OSError as e:
+            failed.append(e)
+            return
+        try:
+            for k in range(per_file // piece):
+                os.pwritev(fd, [buf], k * piece)
+            os.fsync(fd)
+        except OSError as e:
+            failed.append(e)
+        finally:
+            os.close(fd)
+    threads = [threading.Thread(target=worker, args=(p,)) for p in paths]
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    wall = time.perf_counter() - t
+    for p in paths:
+        try:
+            os.remove(p)
+        except OSError:
+            pass
+    if failed:
+        return None
+    return files * per_file / wall / 1e6
+
+
+def disk_table(ceiling, read_bytes, write_mb_per_s=None):
     lines = [f"| cache disk: random O_DIRECT reads of {read_bytes / 1e3:.0f} KB "
              "(one sample) | reads/s | MB/s |", "|---|---|---|"]
     for depth, r in sorted(ceiling.items()):
         lines.append(f"| {depth} at once | {r['reads_per_s']:.0f} | {r['mb_per_s']:.0f} |")
+    if write_mb_per_s:
+        lines.append(f"| (sequential O_DIRECT writes of 8 MiB, 2 files at once: what a cold "
+                     f"pass's cache fills need) | - | {write_mb_per_s:.0f} |")
     return "\n".join(lines)
 
 
@@ -1329,7 +1379,8 @@ def main(argv):
         print(server_table(result["server_curl"]) + "\n")
         if runner.disk_ceiling and runner.disk_ceiling["by_depth"]:
             print(disk_table(runner.disk_ceiling["by_depth"],
-                             runner.disk_ceiling["read_bytes"]) + "\n")
+                             runner.disk_ceiling["read_bytes"],
+                             runner.disk_ceiling.get("write_mb_per_s")) + "\n")
         print(text)
         if any(r["system"].startswith("shardfs ") for r in runner.rows):
             print("\n" + egress_table(runner.rows) + "\n")
