@@ -22,15 +22,19 @@
 //!
 //! A download may also borrow past the limit, up to a `loan` bound, bytes its caller says are
 //! free elsewhere now ([`DownloadBudget::acquire_with_loan`]: the memory tier's unused share,
-//! on a cold start). Borrowed bytes are [`DownloadBudget::lent`] until given back. A buffer
-//! that comes back while the budget is past its limit is kept too, within what the last
-//! download was let borrow, and still counts as lent, so the lender does not fill that room
-//! meanwhile; kept buffers past the limit go back to the lender once unused for
-//! [`LENT_BUFFER_LIFETIME`] ([`DownloadBudget::return_loans`]). Freeing them at once, as this
-//! did before, meant that on a cold start (three or four downloads at a time, the budget
-//! past its limit nearly all the time) almost every shard came in a fresh buffer: a profile of
-//! the cold pass had the kernel zeroing fresh pages at a fifth of the daemon's CPU
-//! (2026-11-28).
+//! on a cold start). Borrowed bytes (taken, or in kept buffers past the limit) are
+//! [`DownloadBudget::lent`] until given back. A buffer that comes back is kept only within the
+//! limit; kept buffers a download's trim left past it go back to the lender once unused for
+//! [`LENT_BUFFER_LIFETIME`] ([`DownloadBudget::return_loans`]).
+//!
+//! Keeping every buffer that comes back while downloads borrow was tried (2026-11-28): on a
+//! cold start nearly every shard came in a fresh buffer, and a profile had the kernel zeroing
+//! fresh pages at a fifth of the daemon's CPU; kept, 6 of 33 shards needed fresh memory and
+//! the cold pass's daemon CPU fell 11-18 %. But the daemon's peak RSS rose from ~290 to
+//! 340-347 MB in the bench (over `--memory-limit` + 64 MiB): a fresh buffer becomes resident
+//! part by part as its download lands, a reused one is resident whole from the start, so four
+//! borrowed downloads at once then hold all their memory. Freed, as here, RSS stays within
+//! the bound; the loan would have to shrink to keep them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -64,10 +68,6 @@ pub struct DownloadBudget {
     /// `state.used + state.idle_bytes`, readable without the lock (for
     /// [`DownloadBudget::lent`], asked on reads).
     held_now: AtomicU64,
-    /// What the last download was let borrow (`loan` bounded by what the lender had free
-    /// then): a buffer coming back is kept while the budget's bytes stay within the limit
-    /// plus this.
-    borrowable: AtomicU64,
     /// Download buffers made of fresh memory so far.
     made: AtomicU64,
     /// Download buffers that were kept buffers so far.
@@ -123,7 +123,6 @@ impl DownloadBudget {
             loan: if limit == 0 { 0 } else { loan },
             state: Mutex::new(BudgetState::default()),
             held_now: AtomicU64::new(0),
-            borrowable: AtomicU64::new(0),
             made: AtomicU64::new(0),
             reused: AtomicU64::new(0),
             freed: Condvar::new(),
@@ -173,7 +172,6 @@ impl DownloadBudget {
             st = self.freed.wait(st).unwrap_or_else(|p| p.into_inner());
         };
         st.used += bytes;
-        self.borrowable.store(borrowable, Ordering::Relaxed);
         let mut notify = false;
         if demand {
             st.demands_waiting -= 1;
@@ -284,16 +282,13 @@ impl DownloadBudget {
     }
 
     /// A buffer's `taken` bytes come back, and `data` is kept when it fits beside the
-    /// bytes taken and the other kept buffers within the limit plus what the last download
-    /// was let borrow; else it is freed.
+    /// bytes taken and the other kept buffers within the limit; else it is freed (see the
+    /// module notes for why not within the loan too).
     fn give_back(&self, data: AlignedBuf, taken: u64) {
         let size = data.capacity() as u64;
         let mut st = self.lock();
         st.used = st.used.saturating_sub(taken);
-        let bound = self
-            .limit
-            .saturating_add(self.borrowable.load(Ordering::Relaxed));
-        let keep = self.limit > 0 && size > 0 && st.used + st.idle_bytes + size <= bound;
+        let keep = self.limit > 0 && size > 0 && st.used + st.idle_bytes + size <= self.limit;
         if keep {
             st.idle_bytes += size;
             st.idle.push((data, Instant::now()));
@@ -577,7 +572,7 @@ mod tests {
     }
 
     #[test]
-    fn borrowed_buffers_serve_the_next_downloads_then_go_back_to_the_lender() {
+    fn borrowed_buffers_go_back_to_the_lender_and_kept_ones_past_the_limit_soon_after() {
         let budget = Arc::new(DownloadBudget::with_loan(2 * BUFFER_GRAIN as u64, 1 << 30));
         let len = BUFFER_GRAIN;
         let lendable = || 1u64 << 30;
@@ -587,41 +582,30 @@ mod tests {
         assert_eq!(budget.lent(), 2 * len as u64);
         let mut buffers: Vec<_> = permits.iter().map(|p| p.buffer(len)).collect();
         assert_eq!(budget.buffers_handed_out(), (4, 0));
-        // One download ends while three go on past the limit: its buffer is kept, still
-        // lent, and the next download (borrowing again) gets it instead of fresh memory.
-        let first = buffers.pop().expect("four");
-        let at = first.as_ptr();
-        drop(first);
-        assert_eq!(budget.idle_buffer_bytes(), len as u64);
-        assert_eq!(budget.lent(), 2 * len as u64);
-        let next = budget.acquire_with_loan(len as u64, Urgency::Prefetch, &lendable);
-        let reused = next.buffer(len);
-        assert_eq!(reused.as_ptr(), at);
-        assert_eq!(budget.buffers_handed_out(), (4, 1));
-        buffers.push(reused);
+        // Downloads that end while the others still borrow give their memory back to the
+        // lender; the last two fit the limit and are kept.
+        drop(buffers.pop());
+        assert_eq!((budget.idle_buffer_bytes(), budget.lent()), (0, len as u64));
         drop(buffers);
-        drop(next);
         drop(permits);
-        // All four kept for a moment, the two past the limit still lent...
-        assert_eq!(budget.idle_buffer_bytes(), 4 * len as u64);
-        assert_eq!((budget.in_use(), budget.lent()), (0, 2 * len as u64));
-        // ...until unused for long enough: then they go back to the lender, and the two
-        // within the limit stay.
-        assert_eq!(budget.return_loans(Duration::from_secs(3600)), 0);
-        assert_eq!(budget.return_loans(Duration::ZERO), 2 * len as u64);
         assert_eq!(budget.idle_buffer_bytes(), 2 * len as u64);
         assert_eq!((budget.in_use(), budget.lent()), (0, 0));
-        // A budget that lends nothing keeps nothing past its limit.
-        let plain = Arc::new(DownloadBudget::new(2 * BUFFER_GRAIN as u64));
-        let (a, b) = (
-            plain.acquire(len as u64, Urgency::Prefetch),
-            plain.acquire(len as u64, Urgency::Prefetch),
+        // A download that may borrow keeps both kept buffers beside its bytes (one is the
+        // one it will fill), past the limit: lent...
+        let p = budget.acquire_with_loan(len as u64, Urgency::Prefetch, &lendable);
+        assert_eq!(budget.idle_buffer_bytes(), 2 * len as u64);
+        assert_eq!(budget.lent(), len as u64);
+        // ...until unused for long enough: then the one past the limit goes back.
+        assert_eq!(budget.return_loans(Duration::from_secs(3600)), 0);
+        assert_eq!(budget.return_loans(Duration::ZERO), len as u64);
+        assert_eq!((budget.idle_buffer_bytes(), budget.lent()), (len as u64, 0));
+        let b = p.buffer(len);
+        assert_eq!(
+            budget.buffers_handed_out(),
+            (4, 1),
+            "the kept one, not fresh memory"
         );
-        let (ba, bb) = (a.buffer(len), b.buffer(len));
-        drop((a, ba));
-        assert_eq!(plain.idle_buffer_bytes(), len as u64);
-        drop((b, bb));
-        assert_eq!(plain.idle_buffer_bytes(), 2 * len as u64);
+        drop((p, b));
     }
 
     /// Starts a thread that takes `bytes` with `urgency`, reports on `tx` when it holds
