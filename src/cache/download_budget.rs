@@ -22,19 +22,16 @@
 //!
 //! A download may also borrow past the limit, up to a `loan` bound, bytes its caller says are
 //! free elsewhere now ([`DownloadBudget::acquire_with_loan`]: the memory tier's unused share,
-//! on a cold start). Borrowed bytes (taken, or in kept buffers past the limit) are
-//! [`DownloadBudget::lent`] until given back. A buffer that comes back is kept only within the
-//! limit; kept buffers a download's trim left past it go back to the lender once unused for
-//! [`LENT_BUFFER_LIFETIME`] ([`DownloadBudget::return_loans`]).
+//! on a cold start). Borrowed bytes are [`DownloadBudget::lent`] until given back, and the
+//! buffers they were in are freed rather than kept, so memory goes back to the lender.
 //!
-//! Keeping every buffer that comes back while downloads borrow was tried (2026-11-28): on a
-//! cold start nearly every shard came in a fresh buffer, and a profile had the kernel zeroing
-//! fresh pages at a fifth of the daemon's CPU; kept, 6 of 33 shards needed fresh memory and
-//! the cold pass's daemon CPU fell 11-18 %. But the daemon's peak RSS rose from ~290 to
-//! 340-347 MB in the bench (over `--memory-limit` + 64 MiB): a fresh buffer becomes resident
-//! part by part as its download lands, a reused one is resident whole from the start, so four
-//! borrowed downloads at once then hold all their memory. Freed, as here, RSS stays within
-//! the bound; the loan would have to shrink to keep them.
+//! Keeping those buffers too was tried (2026-11-28): on a cold start nearly every shard comes
+//! in a fresh buffer, and a profile had the kernel zeroing fresh pages at a fifth of the
+//! daemon's CPU; kept, 6-7 of 33 shards needed fresh memory and the cold pass's daemon CPU
+//! fell 11-18 %. But the daemon's peak RSS rose from ~290 to 340-347 MB in the bench (over
+//! `--memory-limit` + 64 MiB): a fresh buffer becomes resident part by part as its download
+//! lands, a reused one is resident whole from the start, so four borrowed downloads at once
+//! then hold all their memory. The loan would have to shrink to keep them.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -44,10 +41,6 @@ use super::io::direct::AlignedBuf;
 
 /// How long a kept download buffer may stay unused before it is freed.
 pub const IDLE_BUFFER_LIFETIME: Duration = Duration::from_secs(30);
-
-/// How long a kept buffer past the budget's limit (borrowed memory) may stay unused before
-/// it goes back to the lender. Downloads on a cold start end every few hundred milliseconds.
-pub const LENT_BUFFER_LIFETIME: Duration = Duration::from_secs(1);
 
 /// Who waits for a download: a reader, or the readahead.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -65,9 +58,8 @@ pub struct DownloadBudget {
     /// Most bytes taken past `limit` at once (borrowed; see [`DownloadBudget::acquire_with_loan`]).
     loan: u64,
     state: Mutex<BudgetState>,
-    /// `state.used + state.idle_bytes`, readable without the lock (for
-    /// [`DownloadBudget::lent`], asked on reads).
-    held_now: AtomicU64,
+    /// `state.used`, readable without the lock (for [`DownloadBudget::lent`], asked on reads).
+    used_now: AtomicU64,
     /// Download buffers made of fresh memory so far.
     made: AtomicU64,
     /// Download buffers that were kept buffers so far.
@@ -122,7 +114,7 @@ impl DownloadBudget {
             limit,
             loan: if limit == 0 { 0 } else { loan },
             state: Mutex::new(BudgetState::default()),
-            held_now: AtomicU64::new(0),
+            used_now: AtomicU64::new(0),
             made: AtomicU64::new(0),
             reused: AtomicU64::new(0),
             freed: Condvar::new(),
@@ -158,28 +150,28 @@ impl DownloadBudget {
         if demand {
             st.demands_waiting += 1;
         }
-        let borrowable = loop {
-            let borrowable = if self.loan > 0 {
-                self.loan.min(lendable())
-            } else {
-                0
+        loop {
+            let room = |st: &BudgetState| {
+                let wanted = st.used.saturating_add(bytes);
+                wanted <= self.limit
+                    || (self.loan > 0
+                        && wanted <= self.limit.saturating_add(self.loan.min(lendable())))
             };
-            let wanted = st.used.saturating_add(bytes);
-            let fits = st.used == 0 || wanted <= self.limit.saturating_add(borrowable);
+            let fits = st.used == 0 || room(&st);
             if fits && (demand || st.demands_waiting == 0) {
-                break borrowable;
+                break;
             }
             st = self.freed.wait(st).unwrap_or_else(|p| p.into_inner());
-        };
+        }
         st.used += bytes;
+        self.used_now.store(st.used, Ordering::Relaxed);
         let mut notify = false;
         if demand {
             st.demands_waiting -= 1;
             // Prefetches that found room but let this read go first: look again.
             notify = st.demands_waiting == 0;
         }
-        let surplus = trim_idle(&mut st, self.limit.saturating_add(borrowable), bytes);
-        self.publish(&st);
+        let surplus = trim_idle(&mut st, self.limit, bytes);
         drop(st);
         drop(surplus);
         if notify {
@@ -196,21 +188,14 @@ impl DownloadBudget {
         self.lock().used
     }
 
-    /// Bytes held past the limit now (taken, or in buffers kept for the next downloads):
-    /// borrowed through [`DownloadBudget::acquire_with_loan`].
+    /// Bytes taken past the limit now: borrowed through [`DownloadBudget::acquire_with_loan`].
     pub fn lent(&self) -> u64 {
         if self.loan == 0 {
             return 0;
         }
-        self.held_now
+        self.used_now
             .load(Ordering::Relaxed)
             .saturating_sub(self.limit)
-    }
-
-    /// Records the bytes held now for [`DownloadBudget::lent`].
-    fn publish(&self, st: &BudgetState) {
-        self.held_now
-            .store(st.used.saturating_add(st.idle_bytes), Ordering::Relaxed);
     }
 
     /// Bytes of buffers kept for the next downloads.
@@ -236,34 +221,9 @@ impl DownloadBudget {
             st.idle = keep;
             let old: Vec<AlignedBuf> = old.into_iter().map(|(b, _)| b).collect();
             st.idle_bytes -= old.iter().map(|b| b.capacity() as u64).sum::<u64>();
-            self.publish(&st);
             old
         };
         // Freed outside the lock: unmapping MiBs takes a moment.
-        old.iter().map(|b| b.capacity() as u64).sum()
-    }
-
-    /// Frees kept buffers unused for at least `age`, oldest first, while the budget holds
-    /// more than its limit (borrowed memory goes back to the lender); returns their bytes.
-    pub fn return_loans(&self, age: Duration) -> u64 {
-        let old: Vec<AlignedBuf> = {
-            let mut st = self.lock();
-            // Oldest last, so they pop first.
-            st.idle.sort_by_key(|(_, since)| std::cmp::Reverse(*since));
-            let mut old = Vec::new();
-            while st.used + st.idle_bytes > self.limit
-                && st
-                    .idle
-                    .last()
-                    .is_some_and(|(_, since)| since.elapsed() >= age)
-            {
-                let Some((b, _)) = st.idle.pop() else { break };
-                st.idle_bytes -= b.capacity() as u64;
-                old.push(b);
-            }
-            self.publish(&st);
-            old
-        };
         old.iter().map(|b| b.capacity() as u64).sum()
     }
 
@@ -277,23 +237,21 @@ impl DownloadBudget {
         let i = best_fit(&st.idle, len)?;
         let (b, _) = st.idle.swap_remove(i);
         st.idle_bytes -= b.capacity() as u64;
-        self.publish(&st);
         Some(b)
     }
 
     /// A buffer's `taken` bytes come back, and `data` is kept when it fits beside the
-    /// bytes taken and the other kept buffers within the limit; else it is freed (see the
-    /// module notes for why not within the loan too).
+    /// bytes taken and the other kept buffers; else it is freed.
     fn give_back(&self, data: AlignedBuf, taken: u64) {
         let size = data.capacity() as u64;
         let mut st = self.lock();
         st.used = st.used.saturating_sub(taken);
+        self.used_now.store(st.used, Ordering::Relaxed);
         let keep = self.limit > 0 && size > 0 && st.used + st.idle_bytes + size <= self.limit;
         if keep {
             st.idle_bytes += size;
             st.idle.push((data, Instant::now()));
         }
-        self.publish(&st);
         drop(st);
         if taken > 0 {
             self.freed.notify_all();
@@ -311,17 +269,17 @@ fn best_fit(idle: &[(AlignedBuf, Instant)], len: usize) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
-/// Takes out of `st` the kept buffers that do not fit beside the bytes taken within `bound`,
-/// largest first, sparing the one a download of `incoming` bytes would take (its bytes are
-/// counted in `used` already). The caller frees them outside the lock.
-fn trim_idle(st: &mut BudgetState, bound: u64, incoming: u64) -> Vec<AlignedBuf> {
+/// Takes out of `st` the kept buffers that do not fit beside the bytes taken, largest first,
+/// sparing the one a download of `incoming` bytes would take (its bytes are counted in `used`
+/// already). The caller frees them outside the lock.
+fn trim_idle(st: &mut BudgetState, limit: u64, incoming: u64) -> Vec<AlignedBuf> {
     let spare = best_fit(&st.idle, usize::try_from(incoming).unwrap_or(usize::MAX))
         .map(|i| st.idle.swap_remove(i));
     let spared = spare.as_ref().map_or(0, |(b, _)| b.capacity() as u64);
     st.idle_bytes -= spared;
     st.idle.sort_by_key(|(b, _)| b.capacity());
     let mut out = Vec::new();
-    while st.used + st.idle_bytes > bound {
+    while st.used + st.idle_bytes > limit {
         let Some((b, _)) = st.idle.pop() else { break };
         st.idle_bytes -= b.capacity() as u64;
         out.push(b);
@@ -333,10 +291,9 @@ fn trim_idle(st: &mut BudgetState, bound: u64, incoming: u64) -> Vec<AlignedBuf>
     out
 }
 
-/// Frees the kept buffers of `budget` unused for [`IDLE_BUFFER_LIFETIME`], and those past
-/// its limit unused for [`LENT_BUFFER_LIFETIME`], checking every [`LENT_BUFFER_LIFETIME`],
-/// on a thread of its own, so an idle mount gives that memory back. The thread ends when the
-/// returned handle is dropped (or the budget is gone).
+/// Frees the kept buffers of `budget` unused for [`IDLE_BUFFER_LIFETIME`], every third of
+/// it, on a thread of its own, so an idle mount gives that memory back. The thread ends when
+/// the returned handle is dropped (or the budget is gone).
 pub fn free_idle_in_background(budget: &Arc<DownloadBudget>) -> IdleFreeing {
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     let weak: Weak<DownloadBudget> = Arc::downgrade(budget);
@@ -344,11 +301,10 @@ pub fn free_idle_in_background(budget: &Arc<DownloadBudget>) -> IdleFreeing {
         .name("shardfs-free-idle".into())
         .spawn(move || {
             while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) =
-                stopped.recv_timeout(LENT_BUFFER_LIFETIME)
+                stopped.recv_timeout(IDLE_BUFFER_LIFETIME / 3)
             {
                 let Some(budget) = weak.upgrade() else { return };
                 budget.free_idle(IDLE_BUFFER_LIFETIME);
-                budget.return_loans(LENT_BUFFER_LIFETIME);
             }
         });
     if let Err(e) = spawned {
@@ -404,7 +360,7 @@ impl Drop for DownloadPermit<'_> {
         }
         let mut st = self.budget.lock();
         st.used = st.used.saturating_sub(bytes);
-        self.budget.publish(&st);
+        self.budget.used_now.store(st.used, Ordering::Relaxed);
         drop(st);
         self.budget.freed.notify_all();
     }
@@ -572,40 +528,24 @@ mod tests {
     }
 
     #[test]
-    fn borrowed_buffers_go_back_to_the_lender_and_kept_ones_past_the_limit_soon_after() {
+    fn borrowed_buffers_go_back_to_the_lender_not_to_the_kept_ones() {
         let budget = Arc::new(DownloadBudget::with_loan(2 * BUFFER_GRAIN as u64, 1 << 30));
         let len = BUFFER_GRAIN;
-        let lendable = || 1u64 << 30;
         let permits: Vec<_> = (0..4)
-            .map(|_| budget.acquire_with_loan(len as u64, Urgency::Prefetch, &lendable))
+            .map(|_| budget.acquire_with_loan(len as u64, Urgency::Prefetch, &|| 1 << 30))
             .collect();
         assert_eq!(budget.lent(), 2 * len as u64);
-        let mut buffers: Vec<_> = permits.iter().map(|p| p.buffer(len)).collect();
+        let buffers: Vec<_> = permits.iter().map(|p| p.buffer(len)).collect();
         assert_eq!(budget.buffers_handed_out(), (4, 0));
-        // Downloads that end while the others still borrow give their memory back to the
-        // lender; the last two fit the limit and are kept.
-        drop(buffers.pop());
-        assert_eq!((budget.idle_buffer_bytes(), budget.lent()), (0, len as u64));
         drop(buffers);
         drop(permits);
+        // Two buffers fit the limit and are kept; the two borrowed ones were freed.
         assert_eq!(budget.idle_buffer_bytes(), 2 * len as u64);
         assert_eq!((budget.in_use(), budget.lent()), (0, 0));
-        // A download that may borrow keeps both kept buffers beside its bytes (one is the
-        // one it will fill), past the limit: lent...
-        let p = budget.acquire_with_loan(len as u64, Urgency::Prefetch, &lendable);
-        assert_eq!(budget.idle_buffer_bytes(), 2 * len as u64);
-        assert_eq!(budget.lent(), len as u64);
-        // ...until unused for long enough: then the one past the limit goes back.
-        assert_eq!(budget.return_loans(Duration::from_secs(3600)), 0);
-        assert_eq!(budget.return_loans(Duration::ZERO), len as u64);
-        assert_eq!((budget.idle_buffer_bytes(), budget.lent()), (len as u64, 0));
-        let b = p.buffer(len);
-        assert_eq!(
-            budget.buffers_handed_out(),
-            (4, 1),
-            "the kept one, not fresh memory"
-        );
-        drop((p, b));
+        // The next download gets a kept one, not fresh memory.
+        let p = budget.acquire(len as u64, Urgency::Prefetch);
+        let _b = p.buffer(len);
+        assert_eq!(budget.buffers_handed_out(), (4, 1));
     }
 
     /// Starts a thread that takes `bytes` with `urgency`, reports on `tx` when it holds
