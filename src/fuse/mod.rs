@@ -13,10 +13,15 @@
 //! one LOOKUP round trip per file (measured: 40,000 files of a cached epoch read in 0.9 s instead
 //! of 2.1 s). Attributes go out for files whose size was computed earlier in this mount (the vfs
 //! remembers the last 2^19 to 2^20 sizes; a listing never reads shards); other entries get a
-//! placeholder and a zero TTL, so the kernel looks them up when they are opened. A sample is one
-//! inode under every name, and on Linux 6.18 a placeholder applied to an inode the kernel holds
-//! drops its cached pages; an inode the kernel holds was sized when it was looked up, so this
-//! happens only once its size has left the map (after about 2^19 more files were sized).
+//! placeholder and a zero TTL, so the kernel looks them up when they are opened. The placeholder
+//! differs from the real attributes in its size only: with `FUSE_AUTO_INVAL_DATA` a look-up
+//! whose mtime differs from the one the kernel holds drops the inode's cached pages, and on a
+//! cold epoch those are the pages handed over below (a sample's label, pushed while its image
+//! was read, was dropped by the label's own look-up and read again: 2 requests per sample
+//! instead of 1, measured on the bench's cold pass). A sample is one inode under every name, and
+//! on Linux 6.18 a placeholder applied to an inode the kernel holds drops its cached pages (its
+//! size changes); an inode the kernel holds was sized when it was looked up, so this happens
+//! only once its size has left the map (after about 2^19 more files were sized).
 //!
 //! When the first file of a sample is read, the vfs may hand its other files to the page cache
 //! (`page_push`, `FUSE_NOTIFY_STORE`), so their reads never become requests.
@@ -425,14 +430,7 @@ impl Filesystem for Adapter {
             let (attr, t) = match known {
                 Some(a) => (file_attr(&a), ttl(&a)),
                 None => {
-                    let placeholder = Attr {
-                        ino: e.ino,
-                        kind: e.kind,
-                        size: 0,
-                        perm: if e.kind == Kind::Dir { 0o555 } else { 0o444 },
-                        mtime: UNIX_EPOCH,
-                        immutable: false,
-                    };
+                    let placeholder = vfs.placeholder_attr(e.ino, e.kind);
                     (file_attr(&placeholder), Duration::ZERO)
                 }
             };

@@ -382,6 +382,17 @@ impl Vfs {
         self.source.locate(sample).ok_or(VfsError::NotFound)
     }
 
+    /// The attributes a listing gives an entry whose size is not known yet (size 0, to be
+    /// asked again: see the FUSE layer): everything but the size as [`Vfs::getattr`] will
+    /// give it, so the kernel's later look-up changes nothing else (a changed mtime would
+    /// make it drop the pages handed to it meanwhile).
+    pub fn placeholder_attr(&self, ino: Ino, kind: Kind) -> Attr {
+        match kind {
+            Kind::Dir => self.dir_attr(ino),
+            _ => self.file_attr(ino, 0),
+        }
+    }
+
     /// Attributes of `ino` when they are known without reading a shard (for READDIRPLUS,
     /// which must neither fetch nor read a whole folder's shards): a sample file's size once
     /// it has been computed in this mount.
