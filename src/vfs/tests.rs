@@ -25,6 +25,13 @@ struct Memory {
     size_lie: AtomicU64,
     /// Whether shards count as read (verified) for sizes.
     resident: std::sync::atomic::AtomicBool,
+    /// Whether reads must wait for the store (no shard on disk, no sample in memory): a cold
+    /// start, where a read may be held for the first fetch.
+    cold: std::sync::atomic::AtomicBool,
+    /// How long each fetch takes.
+    fetch_delay: std::sync::Mutex<std::time::Duration>,
+    /// Fetches begun.
+    fetches_begun: AtomicU64,
 }
 
 impl Memory {
@@ -44,6 +51,9 @@ impl ShardSource for Memory {
         self.resident.load(Relaxed)
     }
     fn fetch(&self, _shard: u32, _urgent: bool) -> Result<(), crate::cache::CacheError> {
+        self.fetches_begun.fetch_add(1, Relaxed);
+        let delay = *self.fetch_delay.lock().unwrap();
+        std::thread::sleep(delay);
         self.fetches.fetch_add(1, Relaxed);
         Ok(())
     }
@@ -65,6 +75,9 @@ impl SampleSource for Memory {
     }
     fn is_resident(&self, _at: &Location) -> bool {
         self.resident.load(Relaxed)
+    }
+    fn can_read_now(&self, _at: &Location) -> bool {
+        !self.cold.load(Relaxed)
     }
     fn columns(&self, sample: u64) -> Option<&[ColumnFile]> {
         (sample < self.n).then(|| &self.cols[..1 + (sample % 3) as usize])
@@ -177,6 +190,9 @@ fn memory(n: u64, broken_shard: Option<u32>) -> Arc<Memory> {
         failure: std::sync::Mutex::new(None),
         size_lie: AtomicU64::new(u64::MAX),
         resident: std::sync::atomic::AtomicBool::new(false),
+        cold: std::sync::atomic::AtomicBool::new(false),
+        fetch_delay: std::sync::Mutex::new(std::time::Duration::ZERO),
+        fetches_begun: AtomicU64::new(0),
     })
 }
 
@@ -712,4 +728,44 @@ mod model {
             }
         }
     }
+}
+
+#[test]
+fn a_read_held_for_a_cold_start_s_first_fetch_counts_the_hold_as_a_stall() {
+    // Rank 0 of 1: position p holds sample 99 - p, so position 0 is in shard 9 and position 50
+    // in shard 4. Nothing is on disk and every fetch takes 600 ms.
+    let src = memory(100, None);
+    *src.fetch_delay.lock().unwrap() = std::time::Duration::from_millis(600);
+    src.cold.store(true, Relaxed);
+    let v = Arc::new(vfs_over(src.clone(), vec![0], 1));
+    let first = path(&v, "rank-0/epoch-0/00000000.a.bin").unwrap();
+    let other = path(&v, "rank-0/epoch-0/00000050.a.bin").unwrap();
+    // The first read makes shard 9 the cold start's first fetch; it is not held for it.
+    let reader = {
+        let v = v.clone();
+        std::thread::spawn(move || v.read(first.ino, 0, 100).map(|b| b.to_vec()))
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while src.fetches_begun.load(Relaxed) == 0 {
+        assert!(std::time::Instant::now() < deadline, "no fetch began");
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    }
+    // A read of another shard meanwhile is held until that fetch has ended.
+    let started = std::time::Instant::now();
+    assert_eq!(&v.read(other.ino, 0, 100).unwrap()[..], b"49");
+    let held = started.elapsed();
+    assert_eq!(reader.join().unwrap().unwrap(), b"99");
+    assert!(
+        held >= std::time::Duration::from_millis(250),
+        "the read was not held ({held:?}): the test proves nothing"
+    );
+    // The hold is waiting for the store: it counts in the stall time (the reads themselves
+    // take no time here).
+    let stalls = status_file(&v).readahead;
+    assert!(
+        stalls.stall_seconds >= held.as_secs_f64() * 0.9,
+        "stall time {} s, the held read waited {held:?}",
+        stalls.stall_seconds
+    );
+    assert!(stalls.stalls >= 1);
 }
