@@ -1113,14 +1113,8 @@ def disk_ceiling(folder, read_bytes, depths=(1, 4, 8), reads=4000):
                         os.preadv(fd, [buf], off)
                 except OSError as e:
                     failed.append(e)
-            threads = [threading.Thread(target=worker, args=(plan[k::depth],))
-                       for k in range(depth)]
-            t = time.perf_counter()
-            for th in threads:
-                th.start()
-            for th in threads:
-                th.join()
-            wall = time.perf_counter() - t
+            wall = run_threads([threading.Thread(target=worker, args=(plan[k::depth],))
+                                for k in range(depth)])
             if failed:
                 return {}
             out[depth] = {"reads_per_s": reads / wall, "mb_per_s": reads * span / wall / 1e6}
@@ -1128,6 +1122,16 @@ def disk_ceiling(folder, read_bytes, depths=(1, 4, 8), reads=4000):
         for fd, _ in fds:
             os.close(fd)
     return out
+
+
+def run_threads(threads):
+    """Starts `threads` together and waits for them all; returns the seconds that took."""
+    t = time.perf_counter()
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    return time.perf_counter() - t
 
 
 def disk_write_ceiling(folder, files=2, piece=8 << 20, per_file=256 << 20):
@@ -1159,13 +1163,7 @@ def disk_write_ceiling(folder, files=2, piece=8 << 20, per_file=256 << 20):
             failed.append(e)
         finally:
             os.close(fd)
-    threads = [threading.Thread(target=worker, args=(p,)) for p in paths]
-    t = time.perf_counter()
-    for th in threads:
-        th.start()
-    for th in threads:
-        th.join()
-    wall = time.perf_counter() - t
+    wall = run_threads([threading.Thread(target=worker, args=(p,)) for p in paths])
     for p in paths:
         try:
             os.remove(p)
