@@ -13,8 +13,10 @@
 //! # Following readers
 //! Each served rank has a cursor: its epoch and the highest position read so far. DataLoader
 //! workers read a few batches concurrently and out of order, so a read behind the cursor is
-//! normal and ignored; a read far behind ([`JUMP_BACK`] positions) or in another epoch means the
-//! reader restarted elsewhere (a resumed job, a new epoch), and the cursor jumps there. Reads only
+//! normal and ignored, and so is a read of a position still unread up to [`MAX_SPREAD`] behind
+//! (a slower worker). A read in another epoch, or far behind ([`JUMP_BACK`] positions) of a
+//! position read before, means the reader restarted elsewhere (a resumed job, a new epoch), and
+//! the cursor jumps there. Reads only
 //! touch atomics; when a cursor has moved a [`REPLAN_FRACTION`]th of its last window (at least
 //! [`REPLAN_STEP`] positions) since the last plan, the planner thread is woken and recomputes the
 //! plan for all ranks at once. So a plan costs a fixed share of the reads however long the
@@ -50,6 +52,7 @@ mod advise;
 mod cached;
 mod cursor;
 mod policy;
+mod reach;
 mod status;
 mod walk;
 
@@ -65,7 +68,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// A read this many positions behind the cursor means the reader restarted there.
+/// A read this many positions behind the cursor, of a position read before (or given up as
+/// skipped, behind [`MAX_SPREAD`]), means the reader restarted there.
 pub const JUMP_BACK: u64 = 4096;
 /// Past its window, a rank's walk goes on, for eviction only, until it has met this many times
 /// its share of the budget in further shards (see [`Readahead::next_use`]).
@@ -85,8 +89,10 @@ pub const ADVISE_AHEAD: u64 = 256;
 /// The advice is topped up when the cursor has eaten this many of its positions.
 pub const ADVISE_STEP: u64 = 32;
 /// Unread positions at most this far behind the cursor are still planned for (slower workers
-/// will read them); further back, a position is taken as skipped.
-pub const MAX_SPREAD: u64 = JUMP_BACK;
+/// will read them); further back, a position is taken as skipped. Larger than [`JUMP_BACK`]:
+/// workers that drift apart (the bench's readers, whose workers nothing keeps in step, were
+/// seen 4,141 positions apart) read unread positions, and must not move the cursor back.
+pub const MAX_SPREAD: u64 = 4 * JUMP_BACK;
 
 /// What the scheduler needs from the shard cache.
 pub trait ShardSource: Send + Sync {
@@ -209,6 +215,8 @@ struct Inner {
     advised: AtomicU64,
     /// The rank the next advice pass starts with (see `advise`).
     advise_first: AtomicU64,
+    /// Distinct shards left in each walked (epoch, rank) order, so walks stop early.
+    reach: reach::OrderReach,
 }
 
 /// The node's readahead scheduler: rank orders, cursors, the plan and the fetch workers.
@@ -246,6 +254,7 @@ impl Readahead {
             plans: AtomicU64::new(0),
             advised: AtomicU64::new(0),
             advise_first: AtomicU64::new(0),
+            reach: reach::OrderReach::default(),
         });
         let mut threads = Vec::new();
         let i = inner.clone();
@@ -294,7 +303,13 @@ impl Readahead {
         c.reads.fetch_add(1, Relaxed);
         let cur_epoch = c.epoch.load(Relaxed);
         let cur = c.position.load(Relaxed);
-        let moved = if cur == NO_POSITION || cur_epoch != epoch || position + JUMP_BACK < cur {
+        // Far behind the cursor, a slower worker reads a position still unread; a reader that
+        // restarted reads one read before.
+        let restarted = || {
+            position.saturating_add(JUMP_BACK) < cur
+                && (position < c.low.load(Relaxed) || c.was_read(position))
+        };
+        let moved = if cur == NO_POSITION || cur_epoch != epoch || restarted() {
             if cur == NO_POSITION || cur_epoch != epoch {
                 *c.epoch_start.lock().unwrap_or_else(|e| e.into_inner()) =
                     Some((epoch, Instant::now(), position));
@@ -373,7 +388,7 @@ impl Readahead {
         let cur = c.position.load(Relaxed);
         cur != NO_POSITION
             && c.epoch.load(Relaxed) == epoch
-            && position.saturating_add(JUMP_BACK) >= cur
+            && position.saturating_add(MAX_SPREAD) >= cur
     }
 
     /// Records a read that waited `waited` for its shard to arrive.

@@ -15,6 +15,8 @@ struct Counting {
     room: Mutex<Option<usize>>,
     /// How long each fetch takes.
     fetch_delay: Mutex<Duration>,
+    /// Calls of `shard_of` so far.
+    lookups: AtomicU64,
 }
 
 impl Counting {
@@ -27,12 +29,14 @@ impl Counting {
             advised: Mutex::new(Vec::new()),
             room: Mutex::new(None),
             fetch_delay: Mutex::new(Duration::ZERO),
+            lookups: AtomicU64::new(0),
         })
     }
 }
 
 impl ShardSource for Counting {
     fn shard_of(&self, sample: u64) -> Option<u32> {
+        self.lookups.fetch_add(1, Relaxed);
         Some((sample / self.per_shard) as u32)
     }
     fn shard_bytes(&self, _shard: u32) -> u64 {
@@ -312,10 +316,12 @@ fn two_ranks_sharing_shards_fetch_each_once() {
 #[test]
 fn out_of_order_reads_do_not_move_the_cursor_back_but_far_jumps_do() {
     let (ra, _src) = setup(vec![(0..10_000).collect()], 100);
+    ra.on_read(0, 0, 10);
     ra.on_read(0, 0, 5000);
     ra.on_read(0, 0, 4990);
     let s = ra.status();
     assert_eq!(s.ranks[0].cursor, Some(5000));
+    // Position 10 again, far behind: the reader started over there.
     ra.on_read(0, 0, 10);
     assert_eq!(ra.status().ranks[0].cursor, Some(10));
     ra.on_read(0, 1, 3);
@@ -628,4 +634,116 @@ fn prefetches_for_the_next_epoch_are_counted_apart() {
     assert_eq!(st.prefetched_bytes_for_next_epoch, 100, "{st:?}");
     let f = src.fetches.lock().unwrap().clone();
     assert_eq!(f.iter().filter(|&&s| s == 0).count(), 2, "{f:?}");
+}
+
+/// `n` samples drawn from `0..samples` by a fixed generator (a shuffled-looking order).
+fn scrambled(seed: u64, n: usize, samples: u64) -> Vec<u64> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x % samples
+        })
+        .collect()
+}
+
+/// Each rank's replan step, as the last plan left it.
+fn replan_steps(ra: &Readahead) -> Vec<u64> {
+    ra.inner
+        .cursors
+        .iter()
+        .map(|c| c.replan_step.load(Relaxed))
+        .collect()
+}
+
+#[test]
+fn a_walk_that_stops_once_it_has_met_every_shard_left_plans_the_same() {
+    // Two ranks, 3,000 positions an epoch over 40 shards: every shard is met within the first
+    // few hundred positions of a walk.
+    let orders = vec![scrambled(1, 3000, 400), scrambled(2, 3000, 400)];
+    // Windows that end early, late and never; with two streams, shares that fill.
+    let cases = [
+        (500, vec![]),
+        (1_500, vec![]),
+        (2_000, vec![]),
+        (1 << 30, vec![]),
+        (3_000, vec![0, 20]),
+        (1 << 30, vec![0, 20]),
+    ];
+    for (budget, starts) in cases {
+        let (ra, src, _) = setup_counting(orders.clone(), budget, starts.clone());
+        src.resident.lock().unwrap().extend([3, 17, 22]);
+        let mut read_to = [0u64; 2];
+        // (rank, read up to, skipping the positions between): a skip leaves unread positions
+        // behind the cursor, which the walk must still cover.
+        for (r, to, skip) in [
+            (0, 0, false),
+            (1, 0, false),
+            (0, 700, false),
+            (1, 40, false),
+            (0, 2_990, false),
+            (1, 2_000, true),
+        ] {
+            let from = if skip { to } else { read_to[r] };
+            for p in from..=to {
+                ra.on_read(r, 0, p);
+            }
+            read_to[r] = to;
+            settle(&ra);
+            for cold_start in [false, true] {
+                let before = src.lookups.load(Relaxed);
+                let stopped = ra.inner.plan(cold_start);
+                let looked_up = src.lookups.load(Relaxed) - before;
+                let steps = replan_steps(&ra);
+                ra.inner.reach.set_stop_early(false);
+                let full = ra.inner.plan(cold_start);
+                ra.inner.reach.set_stop_early(true);
+                let at = format!(
+                    "budget {budget}, streams from {starts:?}, rank {r} read to {to}, cold start {cold_start}"
+                );
+                assert_eq!(stopped.next_use, full.next_use, "{at}");
+                assert_eq!(stopped.wanted, full.wanted, "{at}");
+                assert_eq!(stopped.later, full.later, "{at}");
+                assert_eq!(stopped.urgent, full.urgent, "{at}");
+                let full_steps = replan_steps(&ra);
+                assert_eq!(steps, full_steps, "replan steps, {at}");
+                // Whole walks within the budget look up 6,000-12,000 positions (two ranks, to
+                // the end of the next epoch). Stopped ones: each rank's positions read just
+                // behind its cursor, then until every shard left in an epoch is met (~200
+                // positions of 40 shards).
+                if !skip && budget == 1 << 30 {
+                    assert!(looked_up < 2_500, "{looked_up} look-ups, {at}");
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn a_worker_far_behind_reading_unread_positions_does_not_move_the_cursor() {
+    // Workers that drift apart: one at 6,000, another still reading positions 1,000 on (more
+    // than JUMP_BACK behind, within MAX_SPREAD), which nobody has read.
+    let (ra, src) = setup(vec![(0..20_000).collect()], 1 << 30);
+    for p in 0..1_000 {
+        ra.on_read(0, 0, p);
+    }
+    ra.on_read(0, 0, 6_000);
+    settle(&ra);
+    let plans = ra.inner.plans.load(Relaxed);
+    for p in 1_000..1_100 {
+        ra.on_read(0, 0, p);
+        ra.on_read(0, 0, 6_000 + p - 999);
+    }
+    settle(&ra);
+    assert_eq!(ra.status().ranks[0].cursor, Some(6_100));
+    // One plan for the move forward past the replan step and the one `settle` asks for; the
+    // slow worker's reads made none (each was a restart, and a plan, before).
+    assert!(ra.inner.plans.load(Relaxed) - plans <= 3);
+    // The slow worker's next positions are still planned: shard 110 (positions 1,100..1,110)
+    // was fetched.
+    assert!(src.fetches.lock().unwrap().contains(&110));
+    ra.on_read(0, 0, 1_100);
+    assert_eq!(ra.status().ranks[0].cursor, Some(6_100));
 }

@@ -34,6 +34,7 @@ impl Inner {
                 [e, e.saturating_add(1)]
             })
             .collect();
+        self.reach.keep_only(&in_use);
         self.orders.set_in_use(in_use);
         let mut epochs: HashMap<u64, Option<EpochOrders>> = HashMap::new();
         // Past the window, the walk goes on for eviction only: later uses of shards outside
@@ -83,14 +84,50 @@ impl Inner {
                     break;
                 };
                 let from = usize::try_from(start).unwrap_or(usize::MAX);
-                for sample in order.iter_from(from) {
+                // The rest of this epoch reads at least `reach` distinct shards: once that
+                // many have been met in it, its later positions change nothing but the count
+                // of positions walked, as long as every shard met is in the rank's window
+                // (no window end yet, no stream's share full: past those, a shard met again
+                // is counted against the walk's limits). See `reach`.
+                let reach = self
+                    .reach
+                    .of(e, r, &order, &|s| self.shards.shard_of(s))
+                    .from(from);
+                let mut met_here = ShardSet::default();
+                let mut met_count = 0u32;
+                for (i, sample) in order.iter_from(from).enumerate() {
                     let here = walked;
                     walked += 1;
                     // Only positions up to the cursor count: one opened ahead of it (a listing
                     // with `stat`) is still to be read.
-                    let done = e == epoch
-                        && u32::try_from(here).is_ok_and(|i| read.contains(i))
-                        && start0.saturating_add(here) <= pos;
+                    let behind = e == epoch && start0.saturating_add(here) <= pos;
+                    let done = behind && u32::try_from(here).is_ok_and(|i| read.contains(i));
+                    let all_met = met_count > 0
+                        && met_count >= reach
+                        && window_end.is_none()
+                        && !full.iter().any(|&f| f);
+                    if all_met && !behind {
+                        // Each position left would have counted one more distance.
+                        let left = order.len().saturating_sub(from.saturating_add(i));
+                        distance = distance.saturating_add(left as u64);
+                        if distance > self.opts.max_lookahead {
+                            distance = self.opts.max_lookahead.saturating_add(1);
+                            break 'epochs;
+                        }
+                        break;
+                    }
+                    if all_met && !done {
+                        // Unread, behind the cursor (a slower worker's): counted, no more.
+                        distance += 1;
+                        if distance > self.opts.max_lookahead {
+                            break 'epochs;
+                        }
+                        continue;
+                    }
+                    if done && !cold_start && start0.saturating_add(here) + BACK_MARGIN < pos {
+                        // Read long ago: nothing below looks at it (saves finding its shard).
+                        continue;
+                    }
                     let Some(shard) = self.shards.shard_of(sample) else {
                         continue;
                     };
@@ -114,6 +151,10 @@ impl Inner {
                             next_use.at_most(shard, 0, false);
                         }
                         continue;
+                    }
+                    if !met_here.contains(shard) {
+                        met_here.insert(shard);
+                        met_count += 1;
                     }
                     if window_end.is_some() {
                         if !beyond_seen.contains(shard) {
