@@ -30,6 +30,8 @@ pub(super) struct Cursor {
     pub(super) advised_to: AtomicU64,
     /// Set by a read when the advice runs short, cleared by the planner.
     pub(super) advice_due: std::sync::atomic::AtomicBool,
+    /// Reads far behind the cursor, of positions read before, since the last read near it.
+    pub(super) far_reads: AtomicU64,
 }
 
 impl Cursor {
@@ -48,6 +50,7 @@ impl Cursor {
             advised: Mutex::new((0, 0)),
             advised_to: AtomicU64::new(0),
             advice_due: std::sync::atomic::AtomicBool::new(false),
+            far_reads: AtomicU64::new(0),
         }
     }
 
@@ -58,6 +61,7 @@ impl Cursor {
             w.store(0, Relaxed);
         }
         self.low.store(position, Relaxed);
+        self.far_reads.store(0, Relaxed);
     }
 
     /// Records that `position` was read.

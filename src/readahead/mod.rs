@@ -68,9 +68,15 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-/// A read this many positions behind the cursor, of a position read before (or given up as
-/// skipped, behind [`MAX_SPREAD`]), means the reader restarted there.
+/// Reads this many positions behind the cursor, of positions read before (or given up as
+/// skipped, behind [`MAX_SPREAD`]), [`RESTART_READS`] of them with no read near the cursor
+/// between, mean the reader restarted there.
 pub const JUMP_BACK: u64 = 4096;
+/// See [`JUMP_BACK`]. One such read is not enough: a slower worker far behind reads the
+/// other files of the sample it just read (its position read before) while the other
+/// workers read near the cursor, and moving the cursor back and forth between them made the
+/// planner plan again at every read (the bench's readers: 5,356 plans in a run).
+pub const RESTART_READS: u64 = 32;
 /// Past its window, a rank's walk goes on, for eviction only, until it has met this many times
 /// its share of the budget in further shards (see [`Readahead::next_use`]).
 pub const BEYOND_WINDOWS: u64 = 2;
@@ -303,11 +309,16 @@ impl Readahead {
         c.reads.fetch_add(1, Relaxed);
         let cur_epoch = c.epoch.load(Relaxed);
         let cur = c.position.load(Relaxed);
-        // Far behind the cursor, a slower worker reads a position still unread; a reader that
-        // restarted reads one read before.
+        // Far behind the cursor, a slower worker reads positions still unread (and the other
+        // files of a sample it just read), while the others read near the cursor; a reader
+        // that restarted reads positions read before, and nothing is read near the cursor.
+        let far = position.saturating_add(JUMP_BACK) < cur && cur != NO_POSITION;
+        if !far {
+            c.far_reads.store(0, Relaxed);
+        }
         let restarted = || {
-            position.saturating_add(JUMP_BACK) < cur
-                && (position < c.low.load(Relaxed) || c.was_read(position))
+            far && (position < c.low.load(Relaxed) || c.was_read(position))
+                && c.far_reads.fetch_add(1, Relaxed) + 1 >= RESTART_READS
         };
         let moved = if cur == NO_POSITION || cur_epoch != epoch || restarted() {
             if cur == NO_POSITION || cur_epoch != epoch {

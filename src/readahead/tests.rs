@@ -316,14 +316,25 @@ fn two_ranks_sharing_shards_fetch_each_once() {
 #[test]
 fn out_of_order_reads_do_not_move_the_cursor_back_but_far_jumps_do() {
     let (ra, _src) = setup(vec![(0..10_000).collect()], 100);
-    ra.on_read(0, 0, 10);
+    for p in 0..100 {
+        ra.on_read(0, 0, p);
+    }
     ra.on_read(0, 0, 5000);
     ra.on_read(0, 0, 4990);
     let s = ra.status();
     assert_eq!(s.ranks[0].cursor, Some(5000));
-    // Position 10 again, far behind: the reader started over there.
-    ra.on_read(0, 0, 10);
-    assert_eq!(ra.status().ranks[0].cursor, Some(10));
+    // Positions 10.. again, far behind, and nothing near the cursor: the reader started over
+    // there (after RESTART_READS such reads; one read near the cursor counts them again).
+    let again = 10..10 + RESTART_READS;
+    for p in again.clone().take(RESTART_READS as usize - 1) {
+        ra.on_read(0, 0, p);
+    }
+    assert_eq!(ra.status().ranks[0].cursor, Some(5000));
+    ra.on_read(0, 0, 4995);
+    for p in again.clone() {
+        ra.on_read(0, 0, p);
+    }
+    assert_eq!(ra.status().ranks[0].cursor, Some(again.end - 1));
     ra.on_read(0, 1, 3);
     assert_eq!(ra.status().ranks[0].epoch, 1);
     ra.record_stall(Duration::from_millis(3));
@@ -744,6 +755,12 @@ fn a_worker_far_behind_reading_unread_positions_does_not_move_the_cursor() {
     // The slow worker's next positions are still planned: shard 110 (positions 1,100..1,110)
     // was fetched.
     assert!(src.fetches.lock().unwrap().contains(&110));
+    // Its sample's other files (a position it read), again and again, between the other
+    // workers' reads near the cursor: still a slower worker.
+    for _ in 0..2 * RESTART_READS {
+        ra.on_read(0, 0, 1_099);
+        ra.on_read(0, 0, 6_050);
+    }
     ra.on_read(0, 0, 1_100);
     assert_eq!(ra.status().ranks[0].cursor, Some(6_100));
 }
