@@ -79,6 +79,15 @@ impl OrderSource for Fixed {
     }
 }
 
+/// Even epochs read the first orders, odd ones the second.
+struct Alternating([Vec<Vec<u64>>; 2]);
+
+impl OrderSource for Alternating {
+    fn node_orders(&self, epoch: u64) -> Result<Vec<Vec<u64>>, OrderError> {
+        Ok(self.0[(epoch % 2) as usize].clone())
+    }
+}
+
 /// Plans once more at the cursors as they are, then waits for the planner and its fetches:
 /// the planner runs beside the test's reads, so without it the last plan may have been made a
 /// few positions back (within a replan step) and what was fetched would depend on timing.
@@ -121,14 +130,27 @@ fn setup_counting(
     stream_starts: Vec<u32>,
 ) -> (Readahead, Arc<Counting>, Arc<AtomicU64>) {
     let computed = Arc::new(AtomicU64::new(0));
-    let src = Counting::empty();
     let ranks = orders.len();
+    let (ra, src) = setup_source(
+        Box::new(Fixed(orders, computed.clone())),
+        ranks,
+        budget,
+        stream_starts,
+    );
+    (ra, src, computed)
+}
+
+/// `ranks` ranks reading the orders of `orders` under `budget`, nothing read yet.
+fn setup_source(
+    orders: Box<dyn OrderSource>,
+    ranks: usize,
+    budget: u64,
+    stream_starts: Vec<u32>,
+) -> (Readahead, Arc<Counting>) {
+    let src = Counting::empty();
     let ra = Readahead::new(
         // Two epochs asked for: the order cache keeps at least three.
-        Arc::new(OrderCache::new(
-            Box::new(Fixed(orders, computed.clone())),
-            2,
-        )),
+        Arc::new(OrderCache::new(orders, 2)),
         Arc::new(NextUse::new()),
         src.clone(),
         ranks,
@@ -140,7 +162,7 @@ fn setup_counting(
             last_epoch: None,
         },
     );
-    (ra, src, computed)
+    (ra, src)
 }
 
 #[test]
@@ -673,18 +695,45 @@ fn replan_steps(ra: &Readahead) -> Vec<u64> {
 fn a_walk_that_stops_once_it_has_met_every_shard_left_plans_the_same() {
     // Two ranks, 3,000 positions an epoch over 40 shards: every shard is met within the first
     // few hundred positions of a walk.
-    let orders = vec![scrambled(1, 3000, 400), scrambled(2, 3000, 400)];
+    let same = vec![scrambled(1, 3000, 400), scrambled(2, 3000, 400)];
+    // Epochs that read other shards: even ones shards 0..8, odd ones shards 8..40. A walk
+    // whose window has ended counts the shards it meets again in epoch 0 against its limit
+    // past the window, and one whose stream's share is full may end its window on a shard it
+    // meets again: either decides what it plans in epoch 1 (the early stop waits for neither;
+    // each of the last cases below fails without that).
+    let apart = [
+        vec![scrambled(3, 3000, 80), scrambled(4, 3000, 80)],
+        vec![
+            scrambled(5, 3000, 320)
+                .into_iter()
+                .map(|s| s + 80)
+                .collect(),
+            scrambled(6, 3000, 320)
+                .into_iter()
+                .map(|s| s + 80)
+                .collect(),
+        ],
+    ];
     // Windows that end early, late and never; with two streams, shares that fill.
     let cases = [
-        (500, vec![]),
-        (1_500, vec![]),
-        (2_000, vec![]),
-        (1 << 30, vec![]),
-        (3_000, vec![0, 20]),
-        (1 << 30, vec![0, 20]),
+        (500, vec![], false),
+        (1_500, vec![], false),
+        (2_000, vec![], false),
+        (1 << 30, vec![], false),
+        (3_000, vec![0, 20], false),
+        (1 << 30, vec![0, 20], false),
+        (1_000, vec![], true),
+        (1_200, vec![0, 4], true),
+        (1_300, vec![0, 4, 8], true),
+        (1 << 30, vec![], true),
     ];
-    for (budget, starts) in cases {
-        let (ra, src, _) = setup_counting(orders.clone(), budget, starts.clone());
+    for (budget, starts, epochs_apart) in cases {
+        let orders: Box<dyn OrderSource> = if epochs_apart {
+            Box::new(Alternating(apart.clone()))
+        } else {
+            Box::new(Fixed(same.clone(), Arc::new(AtomicU64::new(0))))
+        };
+        let (ra, src) = setup_source(orders, 2, budget, starts.clone());
         src.resident.lock().unwrap().extend([3, 17, 22]);
         let mut read_to = [0u64; 2];
         // (rank, read up to, skipping the positions between): a skip leaves unread positions
@@ -712,7 +761,8 @@ fn a_walk_that_stops_once_it_has_met_every_shard_left_plans_the_same() {
                 let full = ra.inner.plan(cold_start);
                 ra.inner.reach.set_stop_early(true);
                 let at = format!(
-                    "budget {budget}, streams from {starts:?}, rank {r} read to {to}, cold start {cold_start}"
+                    "budget {budget}, streams from {starts:?}, epochs apart {epochs_apart}, \
+                     rank {r} read to {to}, cold start {cold_start}"
                 );
                 assert_eq!(stopped.next_use, full.next_use, "{at}");
                 assert_eq!(stopped.wanted, full.wanted, "{at}");
