@@ -14,13 +14,14 @@
 //! Each served rank has a cursor: its epoch and the highest position read so far. DataLoader
 //! workers read a few batches concurrently and out of order, so a read behind the cursor is
 //! normal and ignored, and so is a read of a position still unread up to [`MAX_SPREAD`] behind
-//! (a slower worker). A read in another epoch, or far behind ([`JUMP_BACK`] positions) of a
-//! position read before, means the reader restarted elsewhere (a resumed job, a new epoch), and
-//! the cursor jumps there. Reads only
-//! touch atomics; when a cursor has moved a [`REPLAN_FRACTION`]th of its last window (at least
-//! [`REPLAN_STEP`] positions) since the last plan, the planner thread is woken and recomputes the
-//! plan for all ranks at once. So a plan costs a fixed share of the reads however long the
-//! window is: a window over a whole epoch is not walked again every few samples.
+//! (a slower worker). A read in another epoch, or [`RESTART_READS`] reads far behind
+//! ([`JUMP_BACK`] positions) of positions read before with none near the cursor between, mean
+//! the reader restarted elsewhere (a new epoch, a resumed job), and the cursor jumps there.
+//! Reads only touch atomics; when a cursor has moved a [`REPLAN_FRACTION`]th of its last window
+//! (at least [`REPLAN_STEP`] positions) since the last plan, the planner thread is woken and
+//! recomputes the plan for all ranks at once. So a plan costs a fixed share of the reads however
+//! long the window is: a window over a whole epoch is not walked again every few samples, and a
+//! walk stops early in an epoch once it has met every shard left in it (`reach.rs`).
 //!
 //! # One cache for the node
 //! The plan merges all ranks: a shard's *next use* is the smallest distance (in positions of
@@ -313,7 +314,8 @@ impl Readahead {
         // files of a sample it just read), while the others read near the cursor; a reader
         // that restarted reads positions read before, and nothing is read near the cursor.
         let far = position.saturating_add(JUMP_BACK) < cur && cur != NO_POSITION;
-        if !far {
+        if !far && c.far_reads.load(Relaxed) != 0 {
+            // Only when set: every read writing it would pass its cache line between cores.
             c.far_reads.store(0, Relaxed);
         }
         let restarted = || {

@@ -38,8 +38,7 @@ impl SuffixShards {
         let mut distinct = 0u32;
         for i in (0..len).rev() {
             if let Some(shard) = order.get(i).and_then(shard_of) {
-                if !met.contains(shard) {
-                    met.insert(shard);
+                if met.insert(shard) {
                     distinct += 1;
                 }
             }

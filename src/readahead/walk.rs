@@ -152,8 +152,7 @@ impl Inner {
                         }
                         continue;
                     }
-                    if !met_here.contains(shard) {
-                        met_here.insert(shard);
+                    if met_here.insert(shard) {
                         met_count += 1;
                     }
                     if window_end.is_some() {
@@ -257,14 +256,18 @@ impl ShardSet {
         self.0.get(i / 64).is_some_and(|w| w & (1 << (i % 64)) != 0)
     }
 
-    pub(super) fn insert(&mut self, shard: u32) {
+    /// Adds `shard`; true if it was not in the set yet.
+    pub(super) fn insert(&mut self, shard: u32) -> bool {
         let i = shard as usize;
         if self.0.len() <= i / 64 {
             self.0.resize(i / 64 + 1, 0);
         }
-        if let Some(w) = self.0.get_mut(i / 64) {
-            *w |= 1 << (i % 64);
-        }
+        let bit = 1 << (i % 64);
+        self.0.get_mut(i / 64).is_some_and(|w| {
+            let new = *w & bit == 0;
+            *w |= bit;
+            new
+        })
     }
 }
 
