@@ -82,12 +82,18 @@ class Procs:
             self.stop(p, timeout=10)
 
 
+def read_stat(path):
+    """(name, fields from field 3 on) of a `/proc/.../stat` file: fields[0] is field 3
+    (state), utime=fields[11], stime=[12], cutime=[13], cstime=[14], minflt=[7]."""
+    with open(path) as f:
+        head, rest = f.read().rsplit(")", 1)
+    return head.split("(", 1)[1], rest.split()
+
+
 def proc_cpu_s(pid):
     """utime + stime (+ reaped children) of a live process, in seconds."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        # fields[0] is field 3 (state): utime=14, stime=15, cutime=16, cstime=17
+        fields = read_stat(f"/proc/{pid}/stat")[1]
         return sum(int(fields[i]) for i in (11, 12, 13, 14)) / CLK_TCK
     except (OSError, IndexError, ValueError):
         return None
@@ -116,10 +122,7 @@ def cpus_in(before, after, field):
 def proc_minflt(pid):
     """Minor page faults of a live process so far (each maps a page, a fresh one zeroed)."""
     try:
-        with open(f"/proc/{pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        # fields[0] is field 3 (state): minflt is field 10
-        return int(fields[7])
+        return int(read_stat(f"/proc/{pid}/stat")[1][7])
     except (OSError, IndexError, ValueError):
         return None
 
@@ -134,10 +137,8 @@ def proc_thread_cpu_s(pid):
         return None
     for tid in tids:
         try:
-            with open(f"/proc/{pid}/task/{tid}/stat") as f:
-                head, rest = f.read().rsplit(")", 1)
-            fields = rest.split()
-            name = re.sub(r"-?\d+$", "-N", head.split("(", 1)[1])
+            name, fields = read_stat(f"/proc/{pid}/task/{tid}/stat")
+            name = re.sub(r"-?\d+$", "-N", name)
             out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLK_TCK
         except (OSError, IndexError, ValueError):
             continue
