@@ -1277,7 +1277,8 @@ def daemon_threads_table(rows, write_mb_per_s=None):
     by = {(r["system"], r["pass"]): r for r in rows if not r.get("skipped")}
     passes = [p for p in ("cold", "warm") if ("shardfs", p) in by]
     threads = {p: by[("shardfs", p)].get("serve_cpu_by_thread") for p in passes}
-    if not passes or not all(threads.values()):
+    # An empty dict is a measurement (no thread used 5 ms); None is none.
+    if not passes or any(t is None for t in threads.values()):
         return None
     names = sorted({n for t in threads.values() for n in t},
                    key=lambda n: -max(t.get(n, 0.0) for t in threads.values()))
