@@ -475,6 +475,7 @@ class Runner:
         row = self._row(system, pass_name, r, before, after, list_s)
         row["reader_cpu_s"] = r["cpu_s"]
         row["first_file_s"] = r.get("first_file_s")
+        row["worker_end_s"] = r.get("worker_end_s")
         self._serving(row, before, after, serve_pid)
         row.update(extra or {})
         return self._add(row, repeat)
@@ -532,8 +533,12 @@ class Runner:
                    f"{row['payload_bytes']} image bytes, expected {exp_samples} / {exp_payload}")
             row.setdefault("note", msg)
             self.notes.append("CHECK FAILED: " + msg)
+        ends = row.get("worker_end_s") or []
+        spread = (f"  workers ended {ends[0]:.2f}-{ends[-1]:.2f} s"
+                  if len(ends) > 1 else "")
         log(f"{row['system']:>10} {row['pass']:<5} {row['samples_per_s'] or 0:9.0f} samples/s "
-            f"{row['mb_per_s'] or 0:8.1f} MB/s  fetched {row['fetched_bytes'] / 1e6:.1f} MB")
+            f"{row['mb_per_s'] or 0:8.1f} MB/s  fetched {row['fetched_bytes'] / 1e6:.1f} MB"
+            f"{spread}")
         self.rows.append(row)
         return row
 

@@ -5,7 +5,8 @@ The manifest has one sample per line: its file paths, tab-separated. Samples are
 batches of --batch-size; worker w reads batches w, w+N, w+2N, ... in order (DataLoader hands
 batch indices to its workers round-robin), each file opened and read whole, unbuffered.
 Prints one JSON object: samples, bytes, payload bytes (files ending in .bin), wall seconds, the
-seconds until the first file was read whole, and the workers' CPU seconds. Exits non-zero (with the path) if any read fails.
+seconds until the first file was read whole, when each worker finished, and the workers' CPU
+seconds. Exits non-zero (with the path) if any read fails.
 Standard library only, so it runs with any python3.
 """
 
@@ -54,7 +55,7 @@ def worker(samples, batch, w, nworkers, out):
         return
     cpu = os.times()
     out.put({"samples": count, "bytes": nbytes, "payload_bytes": payload,
-             "cpu_s": cpu.user + cpu.system, "first": first})
+             "cpu_s": cpu.user + cpu.system, "first": first, "end": time.perf_counter()})
 
 
 def main():
@@ -86,6 +87,10 @@ def main():
     # all processes): how long a job waits for its first sample.
     firsts = [r["first"] for r in results if r.get("first") is not None]
     total["first_file_s"] = min(firsts) - t0 if firsts else None
+    # When each worker read its last file, first to last: workers nothing keeps in step drift
+    # apart, and the pass lasts as long as the slowest (the spread shows how unevenly a
+    # system served them).
+    total["worker_end_s"] = sorted(r["end"] - t0 for r in results)
     total["workers"] = args.workers
     print(json.dumps(total))
 

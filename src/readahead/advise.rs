@@ -1,7 +1,10 @@
-//! The advice: the samples of the next [`ADVISE_AHEAD`] positions of every rank, asked
-//! into memory (page cache, or samples read ahead) where their shards are on disk.
+//! The advice: the samples of the next [`ADVISE_AHEAD`] positions of every rank, and of the
+//! first [`ADVISE_BEHIND`] positions still unread behind its cursor (slower workers' next
+//! reads), asked into memory (page cache, or samples read ahead) where their shards are on
+//! disk.
 
-use super::{Inner, ADVISE_AHEAD, NO_POSITION};
+use super::cursor::Cursor;
+use super::{Inner, ADVISE_AHEAD, ADVISE_BEHIND, NO_POSITION};
 use crate::cache::Advice;
 use crate::plan::RankOrder;
 use std::sync::atomic::Ordering::Relaxed;
@@ -11,6 +14,9 @@ impl Inner {
     /// the page cache, where their shards are on disk), each position once, continuing into
     /// the next epoch near the end of one. Cheap: a few lookups and one `posix_fadvise` per
     /// position, so it runs more often than a plan.
+    ///
+    /// Before those, the first [`ADVISE_BEHIND`] positions behind the cursor that are still
+    /// unread, from the lowest on (see [`Inner::advise_behind`]).
     ///
     /// When the room for samples read ahead runs out ([`Advice::Full`]), the ranks after the
     /// one that filled it get nothing in that pass; the next pass starts with the rank after
@@ -29,6 +35,17 @@ impl Inner {
                 continue;
             }
             let epoch = c.epoch.load(Relaxed);
+            let (behind_full, behind_started) = self.advise_behind(r, c, epoch, pos);
+            if behind_full {
+                // No room left for this rank's positions ahead either: the next pass comes
+                // after as many reads as a full window's would, from where the last stopped.
+                c.advised_to
+                    .store(pos.saturating_add(ADVISE_AHEAD), Relaxed);
+                if behind_started {
+                    filled_by = Some(r);
+                }
+                continue;
+            }
             let mut mark = c.advised.lock().unwrap_or_else(|e| e.into_inner());
             // Positions in the cursor's epoch (for the distance to the next one's).
             let mut epoch_len = None;
@@ -105,7 +122,7 @@ impl Inner {
                 u64::MAX
             };
             c.advised_to.store(to, Relaxed);
-            if full && started {
+            if full && (started || behind_started) {
                 filled_by = Some(r);
             }
         }
@@ -113,5 +130,64 @@ impl Inner {
         if let Some(r) = filled_by {
             self.advise_first.store(((r + 1) % ranks) as u64, Relaxed);
         }
+    }
+
+    /// Advises the samples of the first [`ADVISE_BEHIND`] unread positions of rank `r`'s
+    /// epoch from its lowest unread one up to its cursor `pos`: what its slower workers read
+    /// next. Each position once (the cursor's `behind` mark says how far earlier passes got);
+    /// positions read in the meantime are passed over. Returns whether the room for samples
+    /// read ahead ran out, and whether any advice started.
+    fn advise_behind(&self, r: usize, c: &Cursor, epoch: u64, pos: u64) -> (bool, bool) {
+        if c.behind_reads.load(Relaxed) != 0 {
+            c.behind_reads.store(0, Relaxed);
+        }
+        let low = c.advance_low(pos);
+        if low >= pos {
+            return (false, false);
+        }
+        let mut mark = c.behind.lock().unwrap_or_else(|e| e.into_inner());
+        let from = match *mark {
+            (e, p) if e == epoch && p > low => p.min(pos),
+            _ => low,
+        };
+        let want = ADVISE_BEHIND.saturating_sub(c.count_unread(low, from));
+        if want == 0 {
+            return (false, false);
+        }
+        let Some(order) = self
+            .orders
+            .epoch(epoch)
+            .ok()
+            .and_then(|o| o.get(r).cloned())
+        else {
+            return (false, false);
+        };
+        let unread = c.unread_between(from, pos, usize::try_from(want).unwrap_or(usize::MAX));
+        // Past every unread position seen, unless the room runs out first.
+        let mut reached = if (unread.len() as u64) < want {
+            pos
+        } else {
+            unread.last().map_or(pos, |p| p.saturating_add(1))
+        };
+        let (mut full, mut started) = (false, false);
+        for &p in &unread {
+            let Some(sample) = usize::try_from(p).ok().and_then(|i| order.get(i)) else {
+                break;
+            };
+            match self.shards.advise(sample) {
+                Advice::Started => {
+                    self.advised.fetch_add(1, Relaxed);
+                    started = true;
+                }
+                Advice::Skipped => {}
+                Advice::Full => {
+                    full = true;
+                    reached = p;
+                    break;
+                }
+            }
+        }
+        *mark = (epoch, reached);
+        (full, started)
     }
 }

@@ -32,6 +32,11 @@ pub(super) struct Cursor {
     pub(super) advice_due: std::sync::atomic::AtomicBool,
     /// Reads far behind the cursor, of positions read before, since the last read near it.
     pub(super) far_reads: AtomicU64,
+    /// Where the advice for slower workers stopped, as (epoch, position): the unread positions
+    /// from `low` up to it were advised (see `advise.rs`).
+    pub(super) behind: Mutex<(u64, u64)>,
+    /// Reads behind the cursor since the last advice pass.
+    pub(super) behind_reads: AtomicU64,
 }
 
 impl Cursor {
@@ -51,6 +56,8 @@ impl Cursor {
             advised_to: AtomicU64::new(0),
             advice_due: std::sync::atomic::AtomicBool::new(false),
             far_reads: AtomicU64::new(0),
+            behind: Mutex::new((NO_POSITION, 0)),
+            behind_reads: AtomicU64::new(0),
         }
     }
 
@@ -62,6 +69,7 @@ impl Cursor {
         }
         self.low.store(position, Relaxed);
         self.far_reads.store(0, Relaxed);
+        *self.behind.lock().unwrap_or_else(|e| e.into_inner()) = (NO_POSITION, 0);
     }
 
     /// Records that `position` was read.
@@ -122,6 +130,54 @@ impl Cursor {
             }
         }
         out
+    }
+
+    /// The first `max` positions in `from..to` not read (nor opened) yet, in order.
+    pub(super) fn unread_between(&self, from: u64, to: u64, max: usize) -> Vec<u64> {
+        let mut out = Vec::new();
+        self.each_unread(from, to, |p| {
+            out.push(p);
+            out.len() < max
+        });
+        out
+    }
+
+    /// How many positions in `from..to` were not read (nor opened) yet.
+    pub(super) fn count_unread(&self, from: u64, to: u64) -> u64 {
+        let mut n = 0;
+        self.each_unread(from, to, |_| {
+            n += 1;
+            true
+        });
+        n
+    }
+
+    /// Calls `f` with each position in `from..to` whose bit is clear (positions past the
+    /// bitmap's end included), in order, while it returns true; a word of the bitmap at a
+    /// time.
+    fn each_unread(&self, from: u64, to: u64, mut f: impl FnMut(u64) -> bool) {
+        let map = self.read.read().unwrap_or_else(|e| e.into_inner());
+        let mut p = from;
+        while p < to {
+            let base = p - p % 64;
+            let read = usize::try_from(p / 64)
+                .ok()
+                .and_then(|w| map.get(w))
+                .map_or(0, |w| w.load(Relaxed));
+            // Unread bits of this word from `p` on, below `to`.
+            let mut unread = !read >> (p % 64) << (p % 64);
+            if to - base < 64 {
+                unread &= (1u64 << (to - base)) - 1;
+            }
+            while unread != 0 {
+                let at = base + u64::from(unread.trailing_zeros());
+                if !f(at) {
+                    return;
+                }
+                unread &= unread - 1;
+            }
+            p = base + 64;
+        }
     }
 
     /// Moves `low` up past the positions read, but never further back than [`MAX_SPREAD`]

@@ -93,8 +93,16 @@ pub const BACK_MARGIN: u64 = 256;
 /// so a cached shard read with a cold page cache waits for the disk in parallel, not one
 /// sample at a time.
 pub const ADVISE_AHEAD: u64 = 256;
-/// The advice is topped up when the cursor has eaten this many of its positions.
+/// The advice is topped up when the cursor has eaten this many of its positions, or after
+/// this many reads behind the cursor.
 pub const ADVISE_STEP: u64 = 32;
+/// Unread positions behind the cursor, from the lowest one on, whose samples are kept advised
+/// too: a slower worker's next reads. The advice ahead of the cursor passed them long before
+/// that worker comes (workers that nothing keeps in step drift thousands of positions apart),
+/// and what was read ahead for them is dropped once stale or never fit; without this the
+/// slowest worker reads from the disk one sample at a time and falls further behind, and a
+/// pass lasts as long as its slowest worker.
+pub const ADVISE_BEHIND: u64 = 256;
 /// Unread positions at most this far behind the cursor are still planned for (slower workers
 /// will read them); further back, a position is taken as skipped. Larger than [`JUMP_BACK`]:
 /// workers that drift apart (the bench's readers, whose workers nothing keeps in step, were
@@ -345,8 +353,9 @@ impl Readahead {
             let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
             q.generation += 1;
             self.inner.wake_planner.notify_one();
-        } else if position.saturating_add(ADVISE_AHEAD)
+        } else if (position.saturating_add(ADVISE_AHEAD)
             >= c.advised_to.load(Relaxed).saturating_add(ADVISE_STEP)
+            || (position < cur && c.behind_reads.fetch_add(1, Relaxed) + 1 >= ADVISE_STEP))
             && !c.advice_due.swap(true, Relaxed)
         {
             let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());

@@ -660,4 +660,5 @@ fn prefetches_for_the_next_epoch_are_counted_apart() {
     assert_eq!(f.iter().filter(|&&s| s == 0).count(), 2, "{f:?}");
 }
 
+mod slow_workers;
 mod walk_cost;
