@@ -97,14 +97,10 @@ impl Inner {
                     p = 0;
                     continue;
                 };
-                match self.shards.advise(sample) {
-                    Advice::Started => {
-                        self.advised.fetch_add(1, Relaxed);
-                        started = true;
-                    }
-                    Advice::Skipped => {}
+                match self.advise_sample(sample) {
+                    Some(s) => started |= s,
                     // This position again on the next pass.
-                    Advice::Full => {
+                    None => {
                         full = true;
                         break;
                     }
@@ -174,13 +170,9 @@ impl Inner {
             let Some(sample) = usize::try_from(p).ok().and_then(|i| order.get(i)) else {
                 break;
             };
-            match self.shards.advise(sample) {
-                Advice::Started => {
-                    self.advised.fetch_add(1, Relaxed);
-                    started = true;
-                }
-                Advice::Skipped => {}
-                Advice::Full => {
+            match self.advise_sample(sample) {
+                Some(s) => started |= s,
+                None => {
                     full = true;
                     reached = p;
                     break;
@@ -189,5 +181,17 @@ impl Inner {
         }
         *mark = (epoch, reached);
         (full, started)
+    }
+
+    /// Advises one sample: whether a read ahead started, or `None` when there was no room.
+    fn advise_sample(&self, sample: u64) -> Option<bool> {
+        match self.shards.advise(sample) {
+            Advice::Started => {
+                self.advised.fetch_add(1, Relaxed);
+                Some(true)
+            }
+            Advice::Skipped => Some(false),
+            Advice::Full => None,
+        }
     }
 }
