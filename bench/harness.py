@@ -451,21 +451,24 @@ class Runner:
         return dropped
 
     def read(self, system, pass_name, lister, serve_pid=None, extra=None, repeat=1,
-             settle=None):
+             settle=None, disk_of=None):
         """Lists (`lister()` -> samples, seconds) and reads one pass; counts both. `repeat`:
         how many times the list holds the dataset (a longer pass when one is too short to time).
         `settle()`, if given, runs after the readers end and before the counters are read (the
-        pass's speed is the readers' own; serving CPU includes the settling)."""
+        pass's speed is the readers' own; serving CPU includes the settling). `disk_of`: a
+        folder whose disk is watched while the readers run (see DiskTimeline)."""
         before = self._snap(serve_pid)
         samples, list_s = lister()
         manifest = os.path.join(self.workdir, f"manifest-{system}-{pass_name}.txt")
         with open(manifest, "w") as f:
             for s in samples:
                 f.write("\t".join(s) + "\n")
+        timeline = DiskTimeline(disk_of).start() if disk_of else None
         res = subprocess.run(
             [sys.executable, os.path.join(HERE, "reader.py"), "--manifest", manifest,
              "--workers", str(self.args.workers), "--batch-size", str(self.args.batch_size)],
             capture_output=True, text=True)
+        disk = timeline.stop() if timeline else None
         if settle is not None and res.returncode == 0:
             settle()
         after = self._snap(serve_pid)
@@ -476,6 +479,8 @@ class Runner:
         row["reader_cpu_s"] = r["cpu_s"]
         row["first_file_s"] = r.get("first_file_s")
         row["worker_end_s"] = r.get("worker_end_s")
+        if disk is not None:
+            row["disk_timeline"] = disk
         self._serving(row, before, after, serve_pid)
         row.update(extra or {})
         return self._add(row, repeat)
@@ -605,13 +610,13 @@ class Runner:
             reset_hwm(p.pid)
             self.read("shardfs", "cold",
                       lambda: sample_list_shardfs(os.path.join(mnt, "rank-0", "epoch-0")),
-                      serve_pid=p.pid,
+                      serve_pid=p.pid, disk_of=cache,
                       extra={"note": "epoch 0, empty cache"})
             self.prepare("warm", os.path.join(self.layout["dir"], "mds"))
             reset_hwm(p.pid)
             self.read("shardfs", "warm",
                       lambda: sample_list_shardfs(os.path.join(mnt, "rank-0", "epoch-1")),
-                      serve_pid=p.pid,
+                      serve_pid=p.pid, disk_of=cache,
                       extra={"note": "epoch 1, shards cached"})
             # Epochs 2.. right after epoch 1, page cache kept: a sample is one inode under
             # every name, so the kernel serves this pass from the pages epoch 1 left
@@ -1167,6 +1172,139 @@ def run_threads(threads):
     return time.perf_counter() - t
 
 
+class DiskTimeline:
+    """What the disk under a folder did during a pass, sampled every 0.1 s from /proc/diskstats
+    and /proc/stat: bytes read and written, the best second of each, and the time it had I/O
+    in flight but completed none (a stall: a throttled or flushing virtual disk), with what
+    the CPUs did meanwhile. Shows which physical limit a pass met."""
+
+    STEP = 0.1
+
+    def __init__(self, folder):
+        self.device = block_device_of(folder)
+        self.samples = []
+        self._stop = None
+        self._thread = None
+
+    def _read(self):
+        try:
+            with open("/proc/diskstats") as f:
+                for line in f:
+                    v = line.split()
+                    if len(v) > 11 and v[2] == self.device:
+                        # sectors read, sectors written, I/Os in flight
+                        return int(v[5]), int(v[9]), int(v[11])
+        except (OSError, ValueError):
+            pass
+        return None
+
+    def start(self):
+        import threading
+        if self.device is None:
+            return self
+        self._stop = threading.Event()
+
+        def run():
+            while True:
+                d, c = self._read(), machine_cpu_ticks()
+                if d is not None and c is not None:
+                    self.samples.append((time.monotonic(), d, c))
+                if self._stop.wait(self.STEP):
+                    break
+        self._thread = threading.Thread(target=run, daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self):
+        """The summary (None without a block device or samples)."""
+        if self._thread is None:
+            return None
+        self._stop.set()
+        self._thread.join()
+        d = self._read()
+        c = machine_cpu_ticks()
+        if d is not None and c is not None:
+            self.samples.append((time.monotonic(), d, c))
+        return disk_timeline_summary(self.samples, self.device)
+
+
+def block_device_of(folder):
+    """The name /proc/diskstats gives the block device holding `folder` (vda, nvme0n1p1, ...);
+    None when it is on no block device (tmpfs, overlay of one) or cannot be told."""
+    try:
+        st = os.stat(folder)
+        with open(f"/sys/dev/block/{os.major(st.st_dev)}:{os.minor(st.st_dev)}/uevent") as f:
+            for line in f:
+                if line.startswith("DEVNAME="):
+                    return line.strip().split("=", 1)[1]
+    except OSError:
+        pass
+    return None
+
+
+def disk_timeline_summary(samples, device):
+    """DiskTimeline's samples [(t, (sectors read, sectors written, in flight), cpu ticks)]
+    summed up; None with fewer than two."""
+    if len(samples) < 2:
+        return None
+    sector = 512
+    t0, d0, c0 = samples[0]
+    t1, d1, c1 = samples[-1]
+    stalled = 0.0
+    stall_cpu = [0, 0, 0]
+    for (ta, da, ca), (tb, db, cb) in zip(samples, samples[1:]):
+        if db[0] == da[0] and db[1] == da[1] and da[2] > 0 and db[2] > 0:
+            stalled += tb - ta
+            for k in range(3):
+                stall_cpu[k] += cb[k] - ca[k]
+
+    def best_second(field):
+        """MB/s of sectors `field` over the busiest window of 0.5-1 s; None in a shorter
+        pass."""
+        best, j = None, 0
+        for i in range(len(samples)):
+            while samples[i][0] - samples[j][0] > 1.0:
+                j += 1
+            dt = samples[i][0] - samples[j][0]
+            if dt >= 0.5:
+                moved = samples[i][1][field] - samples[j][1][field]
+                best = max(best or 0.0, moved * sector / dt / 1e6)
+        return best
+
+    cpus = os.cpu_count() or 1
+
+    def share(k):
+        """CPUs in field `k` of machine_cpu_ticks() on average while the disk stalled."""
+        return stall_cpu[k] / stall_cpu[1] * cpus if stall_cpu[1] > 0 else None
+
+    return {"device": device, "seconds": t1 - t0,
+            "read_mb": (d1[0] - d0[0]) * sector / 1e6,
+            "written_mb": (d1[1] - d0[1]) * sector / 1e6,
+            "best_second_read_mb_per_s": best_second(0),
+            "best_second_write_mb_per_s": best_second(1),
+            "stalled_s": stalled,
+            "stall_cpus_busy": share(0), "stall_cpus_iowait": share(2)}
+
+
+def disk_timeline_table(rows):
+    """The cache disk during each shardfs pass that has a timeline; "" when none has."""
+    have = [r for r in rows if r.get("system") == "shardfs" and r.get("disk_timeline")]
+    if not have:
+        return ""
+    lines = ["| shardfs pass | seconds | disk read MB | disk wrote MB | best second read MB/s "
+             "| best second write MB/s | stalled s (I/O in flight, none done) "
+             "| CPUs busy / in iowait while stalled |", "|---|---|---|---|---|---|---|---|"]
+    for r in have:
+        d = r["disk_timeline"]
+        lines.append(
+            f"| {r['pass']} | {d['seconds']:.1f} | {d['read_mb']:.0f} | {d['written_mb']:.0f} "
+            f"| {fmt(d['best_second_read_mb_per_s'], '.0f')} "
+            f"| {fmt(d['best_second_write_mb_per_s'], '.0f')} "
+            f"| {d['stalled_s']:.1f} | {fmt(d['stall_cpus_busy'], '.2f')} / "
+            f"{fmt(d['stall_cpus_iowait'], '.2f')} |")
+    return "\n".join(lines)
+
+
 def disk_write_ceiling(folder, files=2, piece=8 << 20, per_file=256 << 20):
     """The cache disk's write ceiling for a cold pass, which writes every shard it fetches
     to the cache: MB/s of sequential O_DIRECT writes of `piece`-byte pieces (as shardfs
@@ -1456,6 +1594,9 @@ def main(argv):
                                        (runner.disk_ceiling or {}).get("write_mb_per_s"))
         if threads:
             print("\n" + threads + "\n")
+        disk_text = disk_timeline_table(runner.rows)
+        if disk_text:
+            print("\n" + disk_text + "\n")
         if any(r["system"].startswith("jpeg ") for r in runner.rows):
             print("\n" + jpeg_table(runner.rows) + "\n")
         for n in runner.notes:
