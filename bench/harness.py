@@ -451,19 +451,20 @@ class Runner:
         return dropped
 
     def read(self, system, pass_name, lister, serve_pid=None, extra=None, repeat=1,
-             settle=None, disk_of=None):
+             settle=None, disk_of=None, status=None):
         """Lists (`lister()` -> samples, seconds) and reads one pass; counts both. `repeat`:
         how many times the list holds the dataset (a longer pass when one is too short to time).
         `settle()`, if given, runs after the readers end and before the counters are read (the
         pass's speed is the readers' own; serving CPU includes the settling). `disk_of`: a
-        folder whose disk is watched while the readers run (see DiskTimeline)."""
+        folder whose disk is watched while the readers run (see DiskTimeline), with the
+        mount's `status` file polled beside it."""
         before = self._snap(serve_pid)
         samples, list_s = lister()
         manifest = os.path.join(self.workdir, f"manifest-{system}-{pass_name}.txt")
         with open(manifest, "w") as f:
             for s in samples:
                 f.write("\t".join(s) + "\n")
-        timeline = DiskTimeline(disk_of).start() if disk_of else None
+        timeline = DiskTimeline(disk_of, status).start() if disk_of else None
         res = subprocess.run(
             [sys.executable, os.path.join(HERE, "reader.py"), "--manifest", manifest,
              "--workers", str(self.args.workers), "--batch-size", str(self.args.batch_size)],
@@ -604,19 +605,20 @@ class Runner:
                "--endpoint-url", self.server.endpoint, "--cache-dir", cache, "--foreground",
                "--workers", str(self.args.workers), "--batch-size", str(self.args.batch_size),
                "--shuffle", "--epochs", str(2 + self.args.ram_epochs)] + self.args.shardfs_arg
+        status = os.path.join(mnt, ".shardfs", "status.json")
         self.prepare("cold", os.path.join(self.layout["dir"], "mds"))
         p = self.fuse_mount("shardfs", cmd, mnt, env=self.s3_env())
         try:
             reset_hwm(p.pid)
             self.read("shardfs", "cold",
                       lambda: sample_list_shardfs(os.path.join(mnt, "rank-0", "epoch-0")),
-                      serve_pid=p.pid, disk_of=cache,
+                      serve_pid=p.pid, disk_of=cache, status=status,
                       extra={"note": "epoch 0, empty cache"})
             self.prepare("warm", os.path.join(self.layout["dir"], "mds"))
             reset_hwm(p.pid)
             self.read("shardfs", "warm",
                       lambda: sample_list_shardfs(os.path.join(mnt, "rank-0", "epoch-1")),
-                      serve_pid=p.pid, disk_of=cache,
+                      serve_pid=p.pid, disk_of=cache, status=status,
                       extra={"note": "epoch 1, shards cached"})
             # Epochs 2.. right after epoch 1, page cache kept: a sample is one inode under
             # every name, so the kernel serves this pass from the pages epoch 1 left
@@ -1180,8 +1182,9 @@ class DiskTimeline:
 
     STEP = 0.1
 
-    def __init__(self, folder):
+    def __init__(self, folder, status=None):
         self.device = block_device_of(folder)
+        self.status = status
         self.samples = []
         self._stop = None
         self._thread = None
@@ -1208,7 +1211,7 @@ class DiskTimeline:
             while True:
                 d, c = self._read(), machine_cpu_ticks()
                 if d is not None and c is not None:
-                    self.samples.append((time.monotonic(), d, c))
+                    self.samples.append((time.monotonic(), d, c, self._fetched()))
                 if self._stop.wait(self.STEP):
                     break
         self._thread = threading.Thread(target=run, daemon=True)
@@ -1224,8 +1227,21 @@ class DiskTimeline:
         d = self._read()
         c = machine_cpu_ticks()
         if d is not None and c is not None:
-            self.samples.append((time.monotonic(), d, c))
+            self.samples.append((time.monotonic(), d, c, self._fetched()))
         return disk_timeline_summary(self.samples, self.device)
+
+    def _fetched(self):
+        """(bytes fetched, FUSE reads of every rank) from the mount's status.json, or None."""
+        if not self.status:
+            return None
+        try:
+            with open(self.status) as f:
+                st = json.load(f)
+            fetched = sum(c.get("bytes_fetched", 0) for c in st.get("cache", []))
+            reads = sum(r.get("requests", 0) for r in st.get("readahead", {}).get("ranks", []))
+            return fetched, reads
+        except (OSError, ValueError, AttributeError, TypeError):
+            return None
 
 
 def block_device_of(folder):
@@ -1243,16 +1259,16 @@ def block_device_of(folder):
 
 
 def disk_timeline_summary(samples, device):
-    """DiskTimeline's samples [(t, (sectors read, sectors written, in flight), cpu ticks)]
-    summed up; None with fewer than two."""
+    """DiskTimeline's samples [(t, (sectors read, sectors written, in flight), cpu ticks,
+    (bytes fetched, reads) or None)] summed up; None with fewer than two."""
     if len(samples) < 2:
         return None
     sector = 512
-    t0, d0, c0 = samples[0]
-    t1, d1, c1 = samples[-1]
+    t0, d0 = samples[0][0], samples[0][1]
+    t1, d1 = samples[-1][0], samples[-1][1]
     stalled = 0.0
     stall_cpu = [0, 0, 0]
-    for (ta, da, ca), (tb, db, cb) in zip(samples, samples[1:]):
+    for (ta, da, ca, _), (tb, db, cb, _) in zip(samples, samples[1:]):
         if db[0] == da[0] and db[1] == da[1] and da[2] > 0 and db[2] > 0:
             stalled += tb - ta
             for k in range(3):
@@ -1277,7 +1293,16 @@ def disk_timeline_summary(samples, device):
         """CPUs in field `k` of machine_cpu_ticks() on average while the disk stalled."""
         return stall_cpu[k] / stall_cpu[1] * cpus if stall_cpu[1] > 0 else None
 
-    return {"device": device, "seconds": t1 - t0,
+    # When the pass's last download landed (the first sample with every byte it fetched), and
+    # how many reads the readers had made by then: on a dataset of one shuffle block they
+    # wait for nearly every shard, so a cold pass is downloads, then serving.
+    fetches = [(t, f) for t, _, _, f in samples if f is not None]
+    downloads = None
+    if len(fetches) >= 2 and fetches[-1][1][0] > fetches[0][1][0]:
+        t_end, f_end = next((t, f) for t, f in fetches if f[0] == fetches[-1][1][0])
+        downloads = {"last_landed_s": t_end - t0, "reads_by_then": f_end[1] - fetches[0][1][1],
+                     "reads_after": fetches[-1][1][1] - f_end[1]}
+    return {"device": device, "seconds": t1 - t0, "downloads": downloads,
             "read_mb": (d1[0] - d0[0]) * sector / 1e6,
             "written_mb": (d1[1] - d0[1]) * sector / 1e6,
             "best_second_read_mb_per_s": best_second(0),
@@ -1291,13 +1316,18 @@ def disk_timeline_table(rows):
     have = [r for r in rows if r.get("system") == "shardfs" and r.get("disk_timeline")]
     if not have:
         return ""
-    lines = ["| shardfs pass | seconds | disk read MB | disk wrote MB | best second read MB/s "
+    lines = ["| shardfs pass | seconds | last download landed at s (FUSE reads by then / after) "
+             "| disk read MB | disk wrote MB | best second read MB/s "
              "| best second write MB/s | stalled s (I/O in flight, none done) "
-             "| CPUs busy / in iowait while stalled |", "|---|---|---|---|---|---|---|---|"]
+             "| CPUs busy / in iowait while stalled |", "|---|---|---|---|---|---|---|---|---|"]
     for r in have:
         d = r["disk_timeline"]
+        dl = d.get("downloads")
+        landed = (f"{dl['last_landed_s']:.1f} ({dl['reads_by_then']} / {dl['reads_after']})"
+                  if dl else "-")
         lines.append(
-            f"| {r['pass']} | {d['seconds']:.1f} | {d['read_mb']:.0f} | {d['written_mb']:.0f} "
+            f"| {r['pass']} | {d['seconds']:.1f} | {landed} "
+            f"| {d['read_mb']:.0f} | {d['written_mb']:.0f} "
             f"| {fmt(d['best_second_read_mb_per_s'], '.0f')} "
             f"| {fmt(d['best_second_write_mb_per_s'], '.0f')} "
             f"| {d['stalled_s']:.1f} | {fmt(d['stall_cpus_busy'], '.2f')} / "
