@@ -134,9 +134,6 @@ impl Inner {
     /// positions read in the meantime are passed over. Returns whether the room for samples
     /// read ahead ran out, and whether any advice started.
     fn advise_behind(&self, r: usize, c: &Cursor, epoch: u64, pos: u64) -> (bool, bool) {
-        if c.behind_reads.load(Relaxed) != 0 {
-            c.behind_reads.store(0, Relaxed);
-        }
         let low = c.advance_low(pos);
         if low >= pos {
             return (false, false);

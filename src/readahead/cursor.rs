@@ -35,8 +35,6 @@ pub(super) struct Cursor {
     /// Where the advice for slower workers stopped, as (epoch, position): the unread positions
     /// from `low` up to it were advised (see `advise.rs`).
     pub(super) behind: Mutex<(u64, u64)>,
-    /// Reads behind the cursor since the last advice pass.
-    pub(super) behind_reads: AtomicU64,
 }
 
 impl Cursor {
@@ -57,7 +55,6 @@ impl Cursor {
             advice_due: std::sync::atomic::AtomicBool::new(false),
             far_reads: AtomicU64::new(0),
             behind: Mutex::new((NO_POSITION, 0)),
-            behind_reads: AtomicU64::new(0),
         }
     }
 

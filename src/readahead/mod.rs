@@ -93,8 +93,8 @@ pub const BACK_MARGIN: u64 = 256;
 /// so a cached shard read with a cold page cache waits for the disk in parallel, not one
 /// sample at a time.
 pub const ADVISE_AHEAD: u64 = 256;
-/// The advice is topped up when the cursor has eaten this many of its positions, or after
-/// this many reads behind the cursor.
+/// The advice is topped up when the cursor has eaten this many of its positions, or at every
+/// this-many-th read of the rank that falls behind the cursor.
 pub const ADVISE_STEP: u64 = 32;
 /// Unread positions behind the cursor, from the lowest one on, whose samples are kept advised
 /// too: a slower worker's next reads. The advice ahead of the cursor passed them long before
@@ -315,7 +315,7 @@ impl Readahead {
             return;
         };
         let _ = c.first_read.get_or_init(Instant::now);
-        c.reads.fetch_add(1, Relaxed);
+        let reads = c.reads.fetch_add(1, Relaxed) + 1;
         let cur_epoch = c.epoch.load(Relaxed);
         let cur = c.position.load(Relaxed);
         // Far behind the cursor, a slower worker reads positions still unread (and the other
@@ -355,7 +355,9 @@ impl Readahead {
             self.inner.wake_planner.notify_one();
         } else if (position.saturating_add(ADVISE_AHEAD)
             >= c.advised_to.load(Relaxed).saturating_add(ADVISE_STEP)
-            || (position < cur && c.behind_reads.fetch_add(1, Relaxed) + 1 >= ADVISE_STEP))
+            // Every ADVISE_STEP-th read, when it is behind the cursor: a slower worker left
+            // reading alone asks for its own advice (see ADVISE_BEHIND).
+            || (position < cur && reads % ADVISE_STEP == 0))
             && !c.advice_due.swap(true, Relaxed)
         {
             let mut q = self.inner.queue.lock().unwrap_or_else(|e| e.into_inner());
