@@ -60,13 +60,15 @@ impl Cursor {
 
     /// Forgets what was read: the reader starts over at `position`.
     pub(super) fn restart_at(&self, position: u64) {
+        // Before the bitmap's lock, never while holding it: the advice holds `behind` while
+        // it reads the bitmap.
+        *self.behind.lock().unwrap_or_else(|e| e.into_inner()) = (NO_POSITION, 0);
         let map = self.read.write().unwrap_or_else(|e| e.into_inner());
         for w in map.iter() {
             w.store(0, Relaxed);
         }
         self.low.store(position, Relaxed);
         self.far_reads.store(0, Relaxed);
-        *self.behind.lock().unwrap_or_else(|e| e.into_inner()) = (NO_POSITION, 0);
     }
 
     /// Records that `position` was read.
