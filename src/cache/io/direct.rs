@@ -420,7 +420,7 @@ pub fn write_new(path: &Path, data: &[u8]) -> io::Result<()> {
             "direct write from an unaligned buffer",
         ));
     }
-    let file = create_new(path)?;
+    let file = create_new(path, data.len() as u64)?;
     let body = data.len() & !(ALIGN - 1);
     file.write_all_at(&data[..body], 0)?;
     if let Some(tail) = padded_tail(data)? {
@@ -430,15 +430,44 @@ pub fn write_new(path: &Path, data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Creates `path` (mode 0600; it must not exist) for writing with `O_DIRECT`.
-pub(super) fn create_new(path: &Path) -> io::Result<File> {
+/// Creates `path` (mode 0600; it must not exist) for writing `len` bytes with `O_DIRECT`,
+/// its blocks reserved up front: see [`reserve`].
+pub(super) fn create_new(path: &Path, len: u64) -> io::Result<File> {
     use std::os::unix::fs::OpenOptionsExt;
-    std::fs::OpenOptions::new()
+    let file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .mode(0o600)
         .custom_flags(libc::O_DIRECT)
-        .open(path)
+        .open(path)?;
+    reserve(&file, path, len);
+    Ok(file)
+}
+
+/// Allocates a new file's blocks for `len` bytes (rounded up to [`ALIGN`]) in one
+/// `fallocate`, which also sets its size to that, so that no direct write of it reaches past
+/// its end. On ext4 a direct write that extends a file is done synchronously under the
+/// inode's exclusive lock, with the inode put on the orphan list and taken off again in two
+/// journal transactions (`ext4_dio_write_iter`: an io_uring write of it falls back to a
+/// kernel worker thread), and one into a hole also takes the exclusive lock; a write into
+/// allocated (unwritten) blocks of the file's size does neither. The writer cuts the file to
+/// its exact length after its last piece, as before. A file system without `fallocate`
+/// (or out of space for all of it at once) is left as it is: the writes then allocate.
+fn reserve(file: &File, path: &Path, len: u64) {
+    use std::os::fd::AsRawFd;
+    let rounded = len.div_ceil(ALIGN as u64) * ALIGN as u64;
+    let Ok(rounded) = libc::off_t::try_from(rounded) else {
+        return;
+    };
+    if rounded == 0 {
+        return;
+    }
+    // SAFETY: fallocate on a descriptor this function borrows; no memory is passed.
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, rounded) };
+    if r != 0 {
+        tracing::debug!(path = %path.display(), error = %io::Error::last_os_error(),
+            "no blocks reserved for a cache file; its writes allocate them");
+    }
 }
 
 /// The last partial block of `data` (its bytes past the last whole block), zero-padded to a

@@ -460,7 +460,7 @@ pub fn write_new(path: &Path, data: &[u8]) -> io::Result<()> {
             return direct::write_new(path, data);
         }
     };
-    let file = direct::create_new(path)?;
+    let file = direct::create_new(path, data.len() as u64)?;
     let body = data.len() & !(ALIGN - 1);
     let tail = direct::padded_tail(data)?;
     // (offset in the file, the bytes to write there)
@@ -493,7 +493,7 @@ impl PieceWriter {
     /// Creates `path` (mode 0600; it must not exist) for a file of `len` bytes, written
     /// through io_uring if `uring`.
     pub fn create(path: &Path, len: u64, uring: bool) -> io::Result<Self> {
-        let file = direct::create_new(path)?;
+        let file = direct::create_new(path, len)?;
         let ring = if uring {
             Ring::new(WRITES_IN_FLIGHT as u32)
                 .map_err(|e| tracing::debug!(error = %e, "no io_uring ring for a staged write; pwrite instead"))
@@ -869,6 +869,53 @@ mod tests {
         let off = usize::from(direct::is_aligned(&unaligned));
         let e = write_new(&dir.path().join("u"), &unaligned[off..]).unwrap_err();
         assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+    }
+
+    /// A new cache file has its blocks and its (block-rounded) size from the start, so that
+    /// no write of it extends it (see `direct::reserve`), and ends at its exact length with
+    /// its bytes, its parts written in any order, through the ring or `pwrite`.
+    #[test]
+    fn new_files_are_reserved_whole_before_their_pieces_and_end_exact() {
+        use std::os::unix::fs::MetadataExt;
+        let dir = direct_dir();
+        for (n, (size, uring)) in [
+            (3 * WRITE_CHUNK + 4097, true),
+            (3 * WRITE_CHUNK + 4097, false),
+            (2 * WRITE_CHUNK, true),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let data = pattern(size);
+            let path = dir.path().join(format!("p{n}"));
+            let mut w = PieceWriter::create(&path, size as u64, uring).unwrap();
+            let meta = std::fs::metadata(&path).unwrap();
+            let rounded = size.div_ceil(ALIGN) * ALIGN;
+            assert_eq!(
+                meta.len(),
+                rounded as u64,
+                "size {size}: sized before any write"
+            );
+            assert!(
+                meta.blocks() * 512 >= rounded as u64,
+                "size {size}: {} bytes of blocks reserved",
+                meta.blocks() * 512
+            );
+            // The last part first, then the rest backwards.
+            let mut parts: Vec<usize> = (0..size).step_by(WRITE_CHUNK).collect();
+            parts.reverse();
+            for at in parts {
+                let end = (at + WRITE_CHUNK).min(size);
+                w.write_at(at as u64, &data[at..end]).unwrap();
+            }
+            drop(w);
+            assert!(std::fs::read(&path).unwrap() == data[..], "size {size}");
+        }
+        let data = pattern(WRITE_CHUNK + 1);
+        let path = dir.path().join("whole");
+        write_new(&path, &data).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), data.len() as u64);
+        assert!(std::fs::read(&path).unwrap() == data[..]);
     }
 
     #[test]
