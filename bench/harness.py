@@ -1195,8 +1195,10 @@ class DiskTimeline:
                 for line in f:
                     v = line.split()
                     if len(v) > 11 and v[2] == self.device:
-                        # sectors read, sectors written, I/Os in flight
-                        return int(v[5]), int(v[9]), int(v[11])
+                        # sectors read, sectors written, I/Os in flight, and (kernels since
+                        # 4.18 and 5.5) sectors discarded, flushes done, ms spent flushing
+                        extra = tuple(int(v[k]) if len(v) > k else 0 for k in (16, 18, 19))
+                        return (int(v[5]), int(v[9]), int(v[11])) + extra
         except (OSError, ValueError):
             pass
         return None
@@ -1244,6 +1246,37 @@ class DiskTimeline:
             return None
 
 
+def fresh_memory():
+    """How fast this machine writes memory it has not touched before, against the same memory
+    written again: GB/s of 1 MiB writes over 512 MiB of a new anonymous mapping, twice. On a
+    virtual machine whose free memory goes back to its host (free page reporting, a balloon),
+    the first write of every page faults on the host too: the page cache a pass fills after
+    the caches were dropped costs that (FUSE copies each byte into new pages), and it varies
+    with what the host did with the memory meanwhile. Also says whether the kernel reports
+    free pages to a host (`page_reporting`: the order of the blocks it reports, else None)."""
+    import mmap
+    size, piece = 512 << 20, 1 << 20
+    block = b"\x5a" * piece
+    rates = []
+    m = mmap.mmap(-1, size)
+    try:
+        for _ in range(2):
+            t = time.perf_counter()
+            for off in range(0, size, piece):
+                m[off:off + piece] = block
+            rates.append(size / (time.perf_counter() - t) / 1e9)
+    finally:
+        m.close()
+    order = None
+    try:
+        with open("/sys/module/page_reporting/parameters/page_reporting_order") as f:
+            order = int(f.read().strip())
+    except (OSError, ValueError):
+        pass
+    return {"first_write_gb_per_s": rates[0], "again_gb_per_s": rates[1],
+            "page_reporting_order": order}
+
+
 def block_device_of(folder):
     """The name /proc/diskstats gives the block device holding `folder` (vda, nvme0n1p1, ...);
     None when it is on no block device (tmpfs, overlay of one) or cannot be told."""
@@ -1259,7 +1292,8 @@ def block_device_of(folder):
 
 
 def disk_timeline_summary(samples, device):
-    """DiskTimeline's samples [(t, (sectors read, sectors written, in flight), cpu ticks,
+    """DiskTimeline's samples [(t, (sectors read, sectors written, in flight, sectors
+    discarded, flushes, ms flushing), cpu ticks,
     (bytes fetched, reads) or None)] summed up; None with fewer than two."""
     if len(samples) < 2:
         return None
@@ -1305,6 +1339,8 @@ def disk_timeline_summary(samples, device):
     return {"device": device, "seconds": t1 - t0, "downloads": downloads,
             "read_mb": (d1[0] - d0[0]) * sector / 1e6,
             "written_mb": (d1[1] - d0[1]) * sector / 1e6,
+            "discarded_mb": (d1[3] - d0[3]) * sector / 1e6,
+            "flushes": d1[4] - d0[4], "flush_s": (d1[5] - d0[5]) / 1e3,
             "best_second_read_mb_per_s": best_second(0),
             "best_second_write_mb_per_s": best_second(1),
             "stalled_s": stalled,
@@ -1319,7 +1355,8 @@ def disk_timeline_table(rows):
     lines = ["| shardfs pass | seconds | last download landed at s (FUSE reads by then / after) "
              "| disk read MB | disk wrote MB | best second read MB/s "
              "| best second write MB/s | stalled s (I/O in flight, none done) "
-             "| CPUs busy / in iowait while stalled |", "|---|---|---|---|---|---|---|---|---|"]
+             "| CPUs busy / in iowait while stalled | discarded MB | flushes (s in them) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in have:
         d = r["disk_timeline"]
         dl = d.get("downloads")
@@ -1331,7 +1368,9 @@ def disk_timeline_table(rows):
             f"| {fmt(d['best_second_read_mb_per_s'], '.0f')} "
             f"| {fmt(d['best_second_write_mb_per_s'], '.0f')} "
             f"| {d['stalled_s']:.1f} | {fmt(d['stall_cpus_busy'], '.2f')} / "
-            f"{fmt(d['stall_cpus_iowait'], '.2f')} |")
+            f"{fmt(d['stall_cpus_iowait'], '.2f')} "
+            f"| {d.get('discarded_mb', 0):.0f} | {d.get('flushes', 0)} "
+            f"({d.get('flush_s', 0):.1f}) |")
     return "\n".join(lines)
 
 
@@ -1553,7 +1592,8 @@ def main(argv):
     started = datetime.datetime.now(datetime.timezone.utc)
     result = {"date": started.isoformat(timespec="seconds"), "argv": sys.argv,
               "params": {k: v for k, v in vars(args).items() if k != "bins"},
-              "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release},
+              "machine": {"cpus": os.cpu_count(), "kernel": os.uname().release,
+                          "memory": fresh_memory()},
               "commit": subprocess.run(["git", "-C", HERE, "rev-parse", "HEAD"],
                                        capture_output=True, text=True).stdout.strip()}
     procs = Procs()
@@ -1607,6 +1647,11 @@ def main(argv):
               f"{layout['generated']['shards']} MDS shards; {args.workers} reader processes, "
               f"batch {args.batch_size}; link: {args.latency_ms} ms first-byte latency, "
               f"{args.bandwidth_mbps} Mbit/s per connection\n")
+        mem = result["machine"]["memory"]
+        print(f"memory: new pages written at {mem['first_write_gb_per_s']:.1f} GB/s, the same "
+              f"pages again at {mem['again_gb_per_s']:.1f} GB/s; free pages reported to a host: "
+              + (f"yes (blocks of order {mem['page_reporting_order']})"
+                 if mem["page_reporting_order"] is not None else "no") + "\n")
         print(server_table(result["server_curl"]) + "\n")
         if runner.disk_ceiling and runner.disk_ceiling["by_depth"]:
             print(disk_table(runner.disk_ceiling["by_depth"],
