@@ -1369,8 +1369,7 @@ def disk_timeline_table(rows):
             f"| {fmt(d['best_second_write_mb_per_s'], '.0f')} "
             f"| {d['stalled_s']:.1f} | {fmt(d['stall_cpus_busy'], '.2f')} / "
             f"{fmt(d['stall_cpus_iowait'], '.2f')} "
-            f"| {d.get('discarded_mb', 0):.0f} | {d.get('flushes', 0)} "
-            f"({d.get('flush_s', 0):.1f}) |")
+            f"| {d['discarded_mb']:.0f} | {d['flushes']} ({d['flush_s']:.1f}) |")
     return "\n".join(lines)
 
 

@@ -455,13 +455,14 @@ pub(super) fn create_new(path: &Path, len: u64) -> io::Result<File> {
 /// (or out of space for all of it at once) is left as it is: the writes then allocate.
 fn reserve(file: &File, path: &Path, len: u64) {
     use std::os::fd::AsRawFd;
-    let rounded = len.div_ceil(ALIGN as u64) * ALIGN as u64;
-    let Ok(rounded) = libc::off_t::try_from(rounded) else {
+    let Some(rounded) = usize::try_from(len)
+        .ok()
+        .and_then(round_up)
+        .and_then(|r| libc::off_t::try_from(r).ok())
+        .filter(|&r| r > 0)
+    else {
         return;
     };
-    if rounded == 0 {
-        return;
-    }
     // SAFETY: fallocate on a descriptor this function borrows; no memory is passed.
     let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, 0, rounded) };
     if r != 0 {
