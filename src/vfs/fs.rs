@@ -153,6 +153,8 @@ impl Vfs {
     /// cache when their verified bytes are in memory. A file whose size the kernel was given
     /// from unverified bytes goes only when its verified bytes have that size (which then
     /// counts as checked); one whose given size proved wrong does not go (its read says so).
+    /// A file handed over with no size known yet has its size recorded from those bytes, so
+    /// the kernel's look-up of it, which comes next, is answered from the record.
     fn push_siblings(&self, at: &Location, column: ColumnNo) {
         let Some(push_pages) = self.push_pages.get() else {
             return;
@@ -168,7 +170,7 @@ impl Vfs {
             let col = ColumnNo(c);
             let len = bytes.len() as u64;
             match self.sizes.state(at.sample, col) {
-                None => {}
+                None => self.sizes.record(at.sample, col, len),
                 Some(SizeState::Verified(n)) if n == len => {}
                 Some(SizeState::Unverified(given)) if given == len => {
                     self.sizes.record(at.sample, col, len);

@@ -7,6 +7,7 @@ use crate::order::OrderError;
 use crate::plan::{Location, NextUse, OrderCache, OrderSource, MIN_KEEP_EPOCHS};
 use crate::readahead::{Readahead, ReadaheadOptions, ShardSource};
 use crate::store::{StoreError, TransientKind};
+use inode::{ColumnNo, Node, SampleId};
 use source::ShardError;
 use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
@@ -75,6 +76,13 @@ impl SampleSource for Memory {
     }
     fn is_resident(&self, _at: &Location) -> bool {
         self.resident.load(Relaxed)
+    }
+    fn sibling_files(&self, at: &Location, columns: source::ColumnSet) -> Vec<(u32, bytes::Bytes)> {
+        let count = self.columns(at.sample).map_or(0, |c| c.len() as u32);
+        (0..count)
+            .filter(|&c| columns.contains(c))
+            .map(|c| (c, bytes::Bytes::from(Self::bytes(at.sample, c))))
+            .collect()
     }
     fn can_read_now(&self, _at: &Location) -> bool {
         !self.cold.load(Relaxed)
@@ -768,4 +776,45 @@ fn a_read_held_for_a_cold_start_s_first_fetch_counts_the_hold_as_a_stall() {
         stalls.stall_seconds
     );
     assert!(stalls.stalls >= 1);
+}
+
+#[test]
+fn a_file_handed_to_the_page_cache_has_its_size_known_for_its_look_up() {
+    let v = vfs(600, vec![0], 1, None);
+    let pushed = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = pushed.clone();
+    v.set_push_pages(Box::new(move |ino, bytes, _counters| {
+        seen.lock().unwrap().push((ino, bytes.len() as u64));
+        true
+    }));
+    // Samples with two or more columns (s % 3 != 0); the first `push::LEARN` reads at
+    // offset 0 learn that column 1 is read too, then reading column 0 hands column 1 over.
+    let two_columns = |s: u64| s % 3 != 0;
+    let file = |s: u64, c: u32| Node::SampleFile(SampleId(s), ColumnNo(c)).ino().unwrap();
+    let mut s = 0;
+    let mut learnt = 0;
+    while learnt < push::LEARN {
+        if two_columns(s) {
+            v.read(file(s, 0), 0, 4096).unwrap();
+            v.read(file(s, 1), 0, 4096).unwrap();
+            learnt += 2;
+        }
+        s += 1;
+    }
+    let sample = (s..).find(|&s| two_columns(s)).unwrap();
+    assert!(
+        v.attr_now(file(sample, 1)).is_none(),
+        "nothing sized it yet"
+    );
+    v.read(file(sample, 0), 0, 4096).unwrap();
+    let size = Memory::bytes(sample, 1).len() as u64;
+    assert!(
+        pushed.lock().unwrap().contains(&(file(sample, 1), size)),
+        "column 1 of sample {sample} handed over: {:?}",
+        pushed.lock().unwrap()
+    );
+    let attr = v
+        .attr_now(file(sample, 1))
+        .expect("size recorded when handed over");
+    assert_eq!(attr.size, size);
 }
