@@ -661,8 +661,8 @@ class Runner:
         binary = self.bins.get("null_fuse")
         if not binary or not os.path.exists(binary):
             return self.skipped("null-fuse", "bench-null-fuse not built")
-        # shardfs's default: two per CPU core, 2 to 16 (cli/mount_setup.rs default_fuse_threads).
-        default_threads = str(min(16, max(2, 2 * len(os.sched_getaffinity(0)))))
+        # shardfs's default: one per CPU core, 2 to 16 (cli/mount_setup.rs default_fuse_threads).
+        default_threads = str(min(16, max(2, len(os.sched_getaffinity(0)))))
         threads = shardfs_arg_value(self.args.shardfs_arg, "--fuse-threads", default_threads)
         mnt = os.path.join(self.workdir, "mnt-null")
         p = self.fuse_mount("null-fuse", [binary, "--manifest", manifest, "--threads", threads, mnt],

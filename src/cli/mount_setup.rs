@@ -50,9 +50,10 @@ pub struct MountConfig {
     /// Let other users (and root) read the mount (needs user_allow_other in /etc/fuse.conf).
     #[arg(long)]
     pub allow_other: bool,
-    /// Threads serving FUSE requests (default: two per CPU core, 2 to 16). More threads than
-    /// cores only add scheduler switches between requests that each take microseconds; two per
-    /// core keep a core busy while another request waits for the cache disk.
+    /// Threads serving FUSE requests (default: one per CPU core, 2 to 16). Requests that wait
+    /// for the store go to a pool of their own, so these threads only answer from memory or
+    /// the cache disk; more threads than cores add wake-ups and scheduler switches between
+    /// requests that each take microseconds.
     #[arg(long)]
     pub fuse_threads: Option<usize>,
     /// Serve Prometheus metrics at http://HOST:PORT/metrics (off by default; docs/METRICS.md).
@@ -83,10 +84,13 @@ pub struct MountConfig {
 /// costs a few pages. Half the requests the kernel lets through at once (`max_background`).
 const WAITING_THREADS: usize = 128;
 
-/// Two FUSE threads per CPU core this process may use, between 2 and 16.
+/// One FUSE thread per CPU core this process may use, between 2 and 16. Two per core (the
+/// default until 2026-11-29) cost the daemon ~12 % more CPU per GB of a cold pass on the
+/// bench's 2-core machine (median of 10 alternating rounds; bench/RESULTS.md) and moved
+/// neither pass's throughput.
 pub fn default_fuse_threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
-    (2 * cores).clamp(2, 16)
+    cores.clamp(2, 16)
 }
 
 /// Smallest `--fetch-part-size` other than 0: below it a part's request costs more than its

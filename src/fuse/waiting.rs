@@ -1,6 +1,6 @@
 //! Threads for FUSE requests that must wait for the object store.
 //!
-//! The FUSE threads are few (two per core): a request that waits for a shard's download on
+//! The FUSE threads are few (one per core): a request that waits for a shard's download on
 //! one of them holds up every other request the kernel has queued, including reads of shards
 //! already on disk and `status.json`. Requests that may wait are handed to this pool instead,
 //! and the FUSE threads go back to the kernel at once.
