@@ -84,10 +84,10 @@ pub struct MountConfig {
 /// costs a few pages. Half the requests the kernel lets through at once (`max_background`).
 const WAITING_THREADS: usize = 128;
 
-/// One FUSE thread per CPU core this process may use, between 2 and 16. Two per core (the
-/// default until 2026-11-29) cost the daemon ~12 % more CPU per GB of a cold pass on the
-/// bench's 2-core machine (median of 10 alternating rounds; bench/RESULTS.md) and moved
-/// neither pass's throughput.
+/// One FUSE thread per CPU core this process may use, between 2 and 16. Against two per core
+/// (the default until 2026-11-29) it cut the daemon's CPU per GB of a cold pass by ~12 % on
+/// the bench's 2-core machine (median ratio of 10 alternating rounds; bench/RESULTS.md) and
+/// moved neither pass's throughput.
 pub fn default_fuse_threads() -> usize {
     let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
     cores.clamp(2, 16)
