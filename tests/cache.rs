@@ -171,6 +171,7 @@ fn shards_downloaded_in_parts_are_cached_and_read_past_the_page_cache() {
         let backend = cache.stats().io_backend;
         if !direct_io {
             assert!(!backend.ends_with("-direct"), "{backend}");
+            assert_cached_shards_are_the_stored_files(tmp.path(), &ds);
             continue;
         }
         if !backend.ends_with("-direct") {
@@ -178,6 +179,7 @@ fn shards_downloaded_in_parts_are_cached_and_read_past_the_page_cache() {
                 "{}: no direct I/O on this file system; nothing more to check",
                 tmp.path().display()
             );
+            assert_cached_shards_are_the_stored_files(tmp.path(), &ds);
             return;
         }
         let shard_files: Vec<_> = files_under(tmp.path())
@@ -203,6 +205,27 @@ fn shards_downloaded_in_parts_are_cached_and_read_past_the_page_cache() {
                 );
             }
         }
+        // Last: reading the files puts them in the page cache.
+        assert_cached_shards_are_the_stored_files(tmp.path(), &ds);
+    }
+}
+
+/// Every shard file cached under `cache_dir` is its stored file in `ds` byte for byte: for a
+/// download in parts, the parts written as they landed and those left to write after the
+/// check (the last to land) alike.
+fn assert_cached_shards_are_the_stored_files(cache_dir: &Path, ds: &Path) {
+    let cached: Vec<_> = files_under(cache_dir)
+        .into_iter()
+        .filter(|p| p.components().any(|c| c.as_os_str() == "shards"))
+        .collect();
+    assert!(!cached.is_empty());
+    for p in &cached {
+        let name = p.file_name().unwrap();
+        assert!(
+            std::fs::read(p).unwrap() == std::fs::read(ds.join(name)).unwrap(),
+            "{} differs from the stored shard",
+            p.display()
+        );
     }
 }
 

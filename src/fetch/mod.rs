@@ -25,7 +25,7 @@ mod whole;
 
 pub use error::{FetchError, ShardFault};
 pub use transfer_check::multipart_part_size;
-pub use whole::{FetchedShard, PartBuffer, PartSink, Stager};
+pub use whole::{FetchedShard, PartBuffer, PartSink, StagedParts, Stager};
 
 use crate::mds::{Index, ShardEntry};
 use crate::store::{BlockingStore, ObjectKey, StoreOptions};

@@ -38,14 +38,54 @@ impl PartSink for () {
 /// caller writes the bytes after their check then).
 pub type Stager<'a, S> = &'a (dyn Fn(u64) -> Option<S> + Sync);
 
+/// What the caller's stager made of a download's parts: its sink, and the parts that landed
+/// after the download's last byte was in and are not written yet. Writing those is left to
+/// the caller ([`StagedParts::write_rest`]), after the bytes are checked and handed to the
+/// readers waiting for them, so no reader waits for the cache disk.
+#[derive(Debug)]
+pub struct StagedParts<S> {
+    sink: S,
+    /// `(at, len)` of each part not written yet.
+    rest: Vec<(u64, usize)>,
+}
+
+impl<S: PartSink> StagedParts<S> {
+    /// Writes the parts not written yet from `stored`, the object's bytes (the shard's raw
+    /// bytes: only uncompressed shards are staged), and returns the sink, every part in it.
+    pub fn write_rest(mut self, stored: &[u8]) -> std::io::Result<S> {
+        for (at, len) in std::mem::take(&mut self.rest) {
+            let part = usize::try_from(at)
+                .ok()
+                .and_then(|start| stored.get(start..start.checked_add(len)?))
+                .ok_or_else(|| {
+                    std::io::Error::new(
+                        std::io::ErrorKind::InvalidInput,
+                        format!(
+                            "a staged part at byte {at} ({len} bytes) is past the shard's {} bytes",
+                            stored.len()
+                        ),
+                    )
+                })?;
+            self.sink.write_at(at, part)?;
+        }
+        Ok(self.sink)
+    }
+
+    /// How many parts [`Self::write_rest`] has left to write.
+    pub fn parts_left(&self) -> usize {
+        self.rest.len()
+    }
+}
+
 /// A shard from [`Fetcher::fetch_shard_into`]: its verified, uncompressed bytes, and what
 /// else the download leaves that the caller can use.
 #[derive(Debug)]
 pub struct FetchedShard<S> {
     /// The shard's bytes, uncompressed and checked.
     pub raw: Bytes,
-    /// What the caller's stager made of the bytes (when it ran and finished).
-    pub staged: Option<S>,
+    /// What the caller's stager made of the bytes (when it ran and did not fail), with the
+    /// parts still to write.
+    pub staged: Option<StagedParts<S>>,
     /// The CRC64NVME of `raw`, when a checksum the store keeps vouched for the bytes (and
     /// they were stored uncompressed): a checksum of the shard the caller need not compute.
     pub crc64nvme: Option<u64>,
@@ -73,7 +113,8 @@ impl Fetcher {
     ///
     /// With `stage`, the parts of an uncompressed shard downloaded in parts are written to
     /// the sink it makes as they land (on a thread of its own): the sink comes back with the
-    /// bytes when they pass every check, and is dropped when they do not.
+    /// bytes when they pass every check, with the parts that landed last still to write
+    /// ([`StagedParts::write_rest`]), and is dropped when they do not.
     pub fn fetch_shard_into<B: PartBuffer, S: PartSink>(
         &self,
         shard: usize,
@@ -244,7 +285,8 @@ impl Fetcher {
     /// `hashless` shard is checked by its ETag, whose MD5 is computed while the parts arrive;
     /// what arrived with the last part is hashed after. With `stage`, each part is written to
     /// the sink it makes as it lands, on a thread of its own, so the shard is on disk (but
-    /// for its last parts) when its download ends.
+    /// for the parts not begun when the last one lands, left to the caller) when its download
+    /// ends.
     fn download_in_parts<B: PartBuffer, S: PartSink>(
         &self,
         key: &ObjectKey,
@@ -267,14 +309,25 @@ impl Fetcher {
         });
         let sink = stage.and_then(|make| make(size));
         let into: &mut [u8] = whole.as_mut();
+        // Set once the last part is in: the parts the writer has not begun by then are left
+        // to the caller, to write after the check, so that the bytes reach the readers
+        // waiting for them without waiting for the disk (on a cold start all of a shard's
+        // parts land within a few milliseconds, and writing them took 25-50 ms more).
+        let all_landed = std::sync::atomic::AtomicBool::new(false);
         let (tag, staged) = std::thread::scope(|s| {
             let (parts, landed) = std::sync::mpsc::channel::<(u64, &[u8])>();
+            let all_landed = &all_landed;
             let writer = sink.map(|mut sink| {
                 s.spawn(move || {
                     let mut failed = false;
+                    let mut rest = Vec::new();
                     // Every part is taken, written or not, so the download never waits on it.
                     for (at, bytes) in landed {
                         if failed {
+                            continue;
+                        }
+                        if all_landed.load(std::sync::atomic::Ordering::Acquire) {
+                            rest.push((at, bytes.len()));
                             continue;
                         }
                         if let Err(e) = sink.write_at(at, bytes) {
@@ -282,7 +335,7 @@ impl Fetcher {
                             failed = true;
                         }
                     }
-                    (!failed).then_some(sink)
+                    (!failed).then_some(StagedParts { sink, rest })
                 })
             });
             let mut watch = WhileLanding {
@@ -297,7 +350,8 @@ impl Fetcher {
                 self.fetch_part_size,
                 &mut watch,
             ));
-            // Closes the channel: the writer ends with the last part.
+            // Closes the channel: the writer ends with the part it is writing, if any.
+            all_landed.store(true, std::sync::atomic::Ordering::Release);
             drop(watch);
             let staged = writer.and_then(|w| match w.join() {
                 Ok(staged) => staged,
@@ -323,7 +377,8 @@ impl Fetcher {
             key = %key,
             tail_ms = landed.elapsed().as_millis() as u64,
             staged = staged.is_some(),
-            "download in parts landed and written; its checksum is done"
+            parts_to_write = staged.as_ref().map_or(0, StagedParts::parts_left),
+            "download in parts landed; its checksum is done"
         );
         Ok(Download::Parts(whole, tag, streamed, staged))
     }
@@ -423,7 +478,7 @@ enum Download<B, S> {
     /// Ranged parts written into a caller's buffer, the ETag they agreed on, its digest
     /// computed as they arrived (if it was), and what the caller's stager made of the bytes
     /// (if it ran).
-    Parts(B, store::EtagMd5s, Streamed, Option<S>),
+    Parts(B, store::EtagMd5s, Streamed, Option<StagedParts<S>>),
     /// One GET.
     Whole(store::Fetched),
 }
@@ -449,7 +504,7 @@ impl<B: PartBuffer, S> Download<B, S> {
     }
 
     /// What the stager made of the bytes, taken out.
-    fn take_staged(&mut self) -> Option<S> {
+    fn take_staged(&mut self) -> Option<StagedParts<S>> {
         match self {
             Download::Parts(_, _, _, staged) => staged.take(),
             Download::Whole(_) => None,

@@ -208,9 +208,9 @@ impl ShardCache {
         };
         let tag = format!("shard{shard}");
         // A download in parts is written to disk part by part as it lands (on a thread of
-        // its own), so the shard is on disk soon after its last byte is in, and its download
-        // memory free for the next one; otherwise it is written after its bytes are
-        // published.
+        // its own), so the shard is on disk soon after its last byte is in (the parts that
+        // land last are written after its bytes are published), and its download memory free
+        // for the next one; otherwise it is written after its bytes are published.
         let stage = |len: u64| match self.layout.stage_in_pieces(len, &tag, durability) {
             Ok(staged) => Some(staged),
             Err(e) => {
@@ -241,6 +241,15 @@ impl ShardCache {
             Some(crc) => FileSum::Crc64Nvme(crc),
             None => FileSum::xxh3_of(&raw),
         };
+        // The parts that landed last are written now, after the readers waiting for the
+        // shard have its bytes (`publish` above).
+        let staged = staged.and_then(|pieces| match pieces.write_rest(&raw) {
+            Ok(pieces) => Some(pieces),
+            Err(e) => {
+                tracing::debug!(shard, error = %e, "cannot write a staged download's last parts; writing it whole");
+                None
+            }
+        });
         let written = self.layout.write_sum(key, sum).and_then(|()| match staged {
             Some(pieces) => pieces
                 .finish()
