@@ -210,6 +210,59 @@ fn shards_downloaded_in_parts_are_cached_and_read_past_the_page_cache() {
     }
 }
 
+#[test]
+fn a_download_buffer_made_ready_ahead_is_the_first_downloads() {
+    let moto = moto();
+    let ds = fixtures().join("mds/basic");
+    moto.upload_dir("cache-prepare", "basic", &ds);
+    let tmp = tempfile::tempdir().unwrap();
+    let store = shardfs::store::StoreOptions {
+        part_size: 16 << 10,
+        ..s3_options(&moto.endpoint)
+    };
+    let dataset = Arc::new(Dataset::load("s3://cache-prepare/basic", &store).unwrap());
+    let cache = ShardCache::open(dataset, opts(&tmp.path().join("s3"))).unwrap();
+    cache.prepare_download(0);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while cache.stats().idle_download_buffer_bytes == 0 {
+        assert!(std::time::Instant::now() < deadline, "no buffer made ready");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let st = cache.stats();
+    assert_eq!(st.download_buffers_prepared, 1);
+    assert_eq!(
+        (st.download_buffers_made, st.download_buffers_reused),
+        (0, 0)
+    );
+    // The first download lands in it: no fresh memory.
+    let first = cache.get(0).unwrap().read_at(0, 16).unwrap();
+    assert_eq!(
+        first,
+        std::fs::read(ds.join("shard.00000.mds")).unwrap()[..16]
+    );
+    let st = cache.stats();
+    assert_eq!(
+        (st.download_buffers_made, st.download_buffers_reused),
+        (0, 1)
+    );
+    // A shard on disk needs no download: nothing more is made ready.
+    cache.prepare_download(0);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(cache.stats().download_buffers_prepared, 1);
+    // A local dataset is read, not downloaded into a buffer: nothing is made ready.
+    let local = Arc::new(
+        Dataset::load(
+            &format!("file://{}", ds.display()),
+            &shardfs::store::StoreOptions::default(),
+        )
+        .unwrap(),
+    );
+    let local = ShardCache::open(local, opts(&tmp.path().join("local"))).unwrap();
+    local.prepare_download(0);
+    std::thread::sleep(Duration::from_millis(50));
+    assert_eq!(local.stats().download_buffers_prepared, 0);
+}
+
 /// Every shard file cached under `cache_dir` is its stored file in `ds` byte for byte: for a
 /// download in parts, the parts written as they landed and those left to write after the
 /// check (the last to land) alike.

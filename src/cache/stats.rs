@@ -76,8 +76,12 @@ pub struct CacheStats {
     /// Downloads in parts that got a buffer of fresh memory (each page of it zeroed by the
     /// kernel on first touch).
     pub download_buffers_made: u64,
-    /// Downloads in parts that got the kept buffer of an earlier one.
+    /// Downloads in parts that got a kept buffer: an earlier download's, or one made ready
+    /// ahead.
     pub download_buffers_reused: u64,
+    /// Download buffers made ready ahead of a download (when a reader's folder is listed on
+    /// a cold start), their pages mapped in before the download needs them.
+    pub download_buffers_prepared: u64,
     /// Shards currently pinned by open handles.
     pub pinned_shards: u64,
     /// How cached files are read and written. Past the page cache (`O_DIRECT`, the default

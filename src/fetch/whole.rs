@@ -153,12 +153,7 @@ impl Fetcher {
         } else {
             attempts.max(1)
         };
-        // Parallel ranged parts need a check that works on ranges: a hash in index.json, or
-        // the S3 ETag every ranged answer carries. GCS and Azure send their checksums only
-        // with whole-object answers, so a hashless shard there comes in one GET.
-        let in_parts = self.fetch_part_size > 0
-            && stored.bytes > self.fetch_part_size
-            && (!check.hashes.is_empty() || self.is_s3());
+        let in_parts = self.parts_for(stored);
         let failed = |attempt: u32, reason: &Rejected| {
             add(&self.counters.verify_failures, 1);
             tracing::warn!(shard, url = %url, attempt, %reason, "downloaded shard failed verification");
@@ -279,6 +274,22 @@ impl Fetcher {
             reason: format!("{last} (after {downloads} downloads)"),
         }
         .into())
+    }
+
+    /// Whether shard `shard` is downloaded in parts, into a buffer of the caller's
+    /// ([`Fetcher::fetch_shard_into`]), of the stored file's size.
+    pub fn downloads_in_parts(&self, shard: usize) -> bool {
+        self.shard(shard)
+            .is_ok_and(|entry| self.parts_for(entry.stored_file()))
+    }
+
+    /// Parallel ranged parts need a check that works on ranges: a hash in index.json, or
+    /// the S3 ETag every ranged answer carries. GCS and Azure send their checksums only
+    /// with whole-object answers, so a hashless shard there comes in one GET.
+    fn parts_for(&self, stored: &FileRef) -> bool {
+        self.fetch_part_size > 0
+            && stored.bytes > self.fetch_part_size
+            && (!cheapest_hash(stored).hashes.is_empty() || self.is_s3())
     }
 
     /// `key` (`size` bytes) as parallel ranged parts, into a buffer `buffer` makes. A

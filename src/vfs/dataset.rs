@@ -44,6 +44,8 @@ pub trait ShardStore: Send + Sync {
     fn can_read_now(&self, shard: usize, _i: u32) -> bool {
         self.is_resident(shard)
     }
+    /// A reader is about to read `shard`: make ready what its download will need.
+    fn prepare_download(&self, _shard: usize) {}
     /// Live counters for `status.json`.
     fn status(&self) -> StreamCacheStatus;
     /// Where the shards come from (the dataset's URL), for error messages.
@@ -74,6 +76,9 @@ impl ShardStore for CachedShards {
     }
     fn can_read_now(&self, shard: usize, i: u32) -> bool {
         self.0.can_read_now(shard, i)
+    }
+    fn prepare_download(&self, shard: usize) {
+        self.0.prepare_download(shard)
     }
     fn source(&self) -> String {
         self.0.dataset().id().source.clone()
@@ -313,6 +318,12 @@ impl SampleSource for MdsDataset {
         self.streams
             .get(at.stream)
             .is_none_or(|s| s.shards.can_read_now(at.shard, at.index))
+    }
+
+    fn prepare_to_read(&self, at: &Location) {
+        if let Some(s) = self.streams.get(at.stream) {
+            s.shards.prepare_download(at.shard);
+        }
     }
 
     fn status(&self) -> Vec<StreamCacheStatus> {

@@ -522,6 +522,13 @@ impl Vfs {
             }
             Node::EpochDir(r, e) => {
                 let order = self.order(r, e)?;
+                if offset == 0 {
+                    // A loader lists its folder, then reads it: the first download's memory
+                    // is made ready meanwhile.
+                    if let Some(at) = order.get(0).and_then(|s| self.source.locate(s)) {
+                        self.source.prepare_to_read(&at);
+                    }
+                }
                 let width = width_for(order.len() as u64);
                 self.list_files(
                     offset,

@@ -169,6 +169,9 @@ pub trait SampleSource: Send + Sync {
     fn can_read_now(&self, _at: &Location) -> bool {
         true
     }
+    /// A reader is about to read the sample at `at` (its folder was listed): make ready what
+    /// fetching it will need, without waiting for anything.
+    fn prepare_to_read(&self, _at: &Location) {}
     /// Live counters of each stream's store and cache for `status.json`.
     fn status(&self) -> Vec<StreamCacheStatus>;
 }

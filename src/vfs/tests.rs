@@ -33,6 +33,8 @@ struct Memory {
     fetch_delay: std::sync::Mutex<std::time::Duration>,
     /// Fetches begun.
     fetches_begun: AtomicU64,
+    /// Samples named to [`SampleSource::prepare_to_read`], in order.
+    prepared: std::sync::Mutex<Vec<u64>>,
 }
 
 impl Memory {
@@ -86,6 +88,9 @@ impl SampleSource for Memory {
     }
     fn can_read_now(&self, _at: &Location) -> bool {
         !self.cold.load(Relaxed)
+    }
+    fn prepare_to_read(&self, at: &Location) {
+        self.prepared.lock().unwrap().push(at.sample);
     }
     fn columns(&self, sample: u64) -> Option<&[ColumnFile]> {
         (sample < self.n).then(|| &self.cols[..1 + (sample % 3) as usize])
@@ -201,6 +206,7 @@ fn memory(n: u64, broken_shard: Option<u32>) -> Arc<Memory> {
         cold: std::sync::atomic::AtomicBool::new(false),
         fetch_delay: std::sync::Mutex::new(std::time::Duration::ZERO),
         fetches_begun: AtomicU64::new(0),
+        prepared: std::sync::Mutex::new(Vec::new()),
     })
 }
 
@@ -779,3 +785,4 @@ fn a_read_held_for_a_cold_start_s_first_fetch_counts_the_hold_as_a_stall() {
 }
 
 mod page_push;
+mod prepare;

@@ -292,6 +292,36 @@ impl ShardCache {
         Ok((raw.len() as u64, file))
     }
 
+    /// Makes memory ready for a download ahead of it, when `shard` is neither on disk nor
+    /// being fetched and would be downloaded into a buffer: a buffer as large as the largest
+    /// stored shard, its pages mapped in on a thread of its own
+    /// ([`DownloadBudget::prepare_in_background`]: nothing is done while a download is under
+    /// way or a kept buffer is large enough). For the moment a reader is about to come (its
+    /// folder was listed), so that the first download of a cold start does not pay for fresh
+    /// memory on the first file's critical path.
+    ///
+    /// [`DownloadBudget::prepare_in_background`]: crate::cache::download_budget::DownloadBudget::prepare_in_background
+    pub fn prepare_download(&self, shard: usize) {
+        if !matches!(self.lock().slots.get(shard), Some(Slot::Absent)) {
+            return;
+        }
+        let fetcher = self.dataset.fetcher();
+        if !fetcher.downloads_in_parts(shard) {
+            return;
+        }
+        let largest = self
+            .dataset
+            .index()
+            .shards()
+            .iter()
+            .map(|s| s.stored_file().bytes)
+            .max()
+            .unwrap_or(0);
+        if let Ok(len) = usize::try_from(largest) {
+            self.downloads.prepare_in_background(len);
+        }
+    }
+
     /// Puts every sample of a verified shard into the memory tier when it fits in half of
     /// the tier's sample budget (so one shard cannot flush everything else). True if kept.
     pub(super) fn keep_in_memory(&self, shard: usize, raw: &Bytes) -> bool {

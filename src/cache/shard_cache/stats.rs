@@ -57,6 +57,7 @@ impl ShardCache {
             idle_download_buffer_bytes: self.downloads.idle_buffer_bytes(),
             download_buffers_made: buffers_made,
             download_buffers_reused: buffers_reused,
+            download_buffers_prepared: self.downloads.buffers_prepared(),
             pinned_shards: pinned,
             io_backend: match self.direct {
                 Some(path) => path.name().into(),
