@@ -220,7 +220,9 @@ class Server:
                 return True
             return False
 
-        wait_for(ready, 30, "the bench S3 server")
+        # It hashes every object (ETag and CRC64NVME) before it listens: on a cold page
+        # cache and a slow disk, 2 GB took longer than 30 s once (2026-11-29).
+        wait_for(ready, 120, "the bench S3 server")
 
     def stats(self):
         out = subprocess.run(["curl", "-sf", f"{self.endpoint}/__bench/stats"],
