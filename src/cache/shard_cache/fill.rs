@@ -295,12 +295,10 @@ impl ShardCache {
     /// Makes memory ready for a download ahead of it, when `shard` is neither on disk nor
     /// being fetched and would be downloaded into a buffer: a buffer as large as the largest
     /// stored shard, its pages mapped in on a thread of its own
-    /// ([`DownloadBudget::prepare_in_background`]: nothing is done while a download is under
+    /// (`DownloadBudget::prepare_in_background`: nothing is done while a download is under
     /// way or a kept buffer is large enough). For the moment a reader is about to come (its
     /// folder was listed), so that the first download of a cold start does not pay for fresh
     /// memory on the first file's critical path.
-    ///
-    /// [`DownloadBudget::prepare_in_background`]: crate::cache::download_budget::DownloadBudget::prepare_in_background
     pub fn prepare_download(&self, shard: usize) {
         if !matches!(self.lock().slots.get(shard), Some(Slot::Absent)) {
             return;
