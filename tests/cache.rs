@@ -245,10 +245,24 @@ fn a_download_buffer_made_ready_ahead_is_the_first_downloads() {
         (st.download_buffers_made, st.download_buffers_reused),
         (0, 1)
     );
-    // A shard on disk needs no download: nothing more is made ready.
+    // A shard on disk needs no download: nothing is made ready for it. (Opened again, so no
+    // buffer is kept from the download above.)
+    drop(cache);
+    let dataset = Arc::new(Dataset::load("s3://cache-prepare/basic", &store).unwrap());
+    let cache = ShardCache::open(dataset, opts(&tmp.path().join("s3"))).unwrap();
+    assert!(cache.is_resident(0));
     cache.prepare_download(0);
     std::thread::sleep(Duration::from_millis(50));
-    assert_eq!(cache.stats().download_buffers_prepared, 1);
+    assert_eq!(cache.stats().download_buffers_prepared, 0);
+    assert_eq!(cache.stats().idle_download_buffer_bytes, 0);
+    // One that is not on disk gets one.
+    assert!(!cache.is_resident(1));
+    cache.prepare_download(1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while cache.stats().download_buffers_prepared == 0 {
+        assert!(std::time::Instant::now() < deadline, "no buffer made ready");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     // A local dataset is read, not downloaded into a buffer: nothing is made ready.
     let local = Arc::new(
         Dataset::load(

@@ -205,32 +205,41 @@ impl DownloadBudget {
     }
 
     /// Makes a buffer of `len` bytes ready for the next download, on a thread of its own,
-    /// unless one is being made, a kept buffer is large enough, or a download is under way
-    /// (its buffer comes back when it ends): fresh memory with every page mapped in, kept
-    /// like a finished download's buffer (when it fits the limit, and freed after
-    /// [`IDLE_BUFFER_LIFETIME`] unused). A download's first touch of fresh pages costs a page
-    /// fault and a zeroed page each (~45 ms of one CPU per 64 MiB on the bench machine, and
-    /// more while the host hands the VM those pages), on the critical path of a cold
-    /// start's first file; made ahead, that cost is paid before the first read.
+    /// unless one is being made, a kept buffer is large enough, a download is under way (its
+    /// buffer comes back when it ends), or the buffer would not fit beside the kept ones:
+    /// fresh memory with every page mapped in, kept like a finished download's buffer (freed
+    /// after [`IDLE_BUFFER_LIFETIME`] unused). While it is made its bytes count as taken, so a
+    /// download that starts meanwhile waits for it (or borrows) rather than faulting in a
+    /// second buffer beside it. A download's first touch of fresh pages costs a page fault and
+    /// a zeroed page each (~45 ms of one CPU per 64 MiB on the bench machine, and more while
+    /// the host hands the VM those pages), on the critical path of a cold start's first file;
+    /// made ahead, that cost is paid before the first read.
     pub fn prepare_in_background(self: &Arc<Self>, len: usize) {
-        if self.limit == 0 || len as u64 > self.limit || self.preparing.swap(true, Ordering::AcqRel)
-        {
+        let cap = keepable_capacity(len) as u64;
+        if self.limit == 0 || cap > self.limit || self.preparing.swap(true, Ordering::AcqRel) {
             return;
         }
-        let ready = {
-            let st = self.lock();
-            st.used > 0 || best_fit(&st.idle, len).is_some()
+        let taken = {
+            let mut st = self.lock();
+            let ready = st.used > 0 || best_fit(&st.idle, len).is_some();
+            if ready || st.idle_bytes + cap > self.limit {
+                None
+            } else {
+                st.used += cap;
+                self.used_now.store(st.used, Ordering::Relaxed);
+                Some(cap)
+            }
         };
-        if ready {
+        let Some(taken) = taken else {
             self.preparing.store(false, Ordering::Release);
             return;
-        }
+        };
         let budget = Arc::clone(self);
         let spawned = std::thread::Builder::new()
             .name("shardfs-prepare".into())
             .spawn(move || {
                 let started = Instant::now();
-                let kept = budget.prepare(len);
+                let kept = budget.prepare(len, taken);
                 budget.preparing.store(false, Ordering::Release);
                 tracing::debug!(
                     bytes = len,
@@ -240,22 +249,27 @@ impl DownloadBudget {
                 );
             });
         if let Err(e) = spawned {
+            let _kept = self.give_back(AlignedBuf::empty(), taken);
             self.preparing.store(false, Ordering::Release);
             tracing::debug!(error = %e, "cannot start a thread to make a download buffer ready");
         }
     }
 
-    /// Makes a buffer of `len` bytes with every page mapped in and keeps it as
+    /// Makes a buffer of `len` bytes (the largest download it is for) with every page mapped
+    /// in, then gives back the `taken` bytes it held and keeps the buffer as
     /// [`DownloadBudget::give_back`] keeps a finished download's. True if it was kept.
-    fn prepare(&self, len: usize) -> bool {
+    fn prepare(&self, len: usize, taken: u64) -> bool {
         let mut data = fresh_keepable(len);
-        self.prepared.fetch_add(1, Ordering::Relaxed);
         for page in data.chunks_mut(super::io::page_pool::PAGE) {
             // SAFETY: `page` is a valid, exclusive slice of at least one byte. Volatile, so
             // a zero stored into memory known to be zeroed is not left out.
             unsafe { std::ptr::write_volatile(page.as_mut_ptr(), 0) };
         }
-        self.give_back(data, 0)
+        let kept = self.give_back(data, taken);
+        if kept {
+            self.prepared.fetch_add(1, Ordering::Relaxed);
+        }
+        kept
     }
 
     /// Bytes of buffers kept for the next downloads.
@@ -271,8 +285,9 @@ impl DownloadBudget {
         )
     }
 
-    /// Buffers made ready ahead of a download so far ([`DownloadBudget::prepare_in_background`];
-    /// a download that takes one counts as reusing a kept buffer).
+    /// Buffers made ready ahead of a download and kept so far
+    /// ([`DownloadBudget::prepare_in_background`]; a download that takes one counts as reusing
+    /// a kept buffer).
     pub fn buffers_prepared(&self) -> u64 {
         self.prepared.load(Ordering::Relaxed)
     }
@@ -476,6 +491,16 @@ impl AsRef<[u8]> for DownloadBuffer {
 /// and a new 64 MiB buffer costs ~16k page faults.
 const BUFFER_GRAIN: usize = 4 << 20;
 
+/// The capacity [`fresh_keepable`] gives a buffer of `len` bytes.
+fn keepable_capacity(len: usize) -> usize {
+    if len < BUFFER_GRAIN {
+        len.div_ceil(super::io::direct::ALIGN)
+            .saturating_mul(super::io::direct::ALIGN)
+    } else {
+        len.div_ceil(BUFFER_GRAIN).saturating_mul(BUFFER_GRAIN)
+    }
+}
+
 /// `len` zeroed, block-aligned bytes for a download that may be kept: the capacity is rounded
 /// up to [`BUFFER_GRAIN`] when `len` is at least that.
 fn fresh_keepable(len: usize) -> AlignedBuf {
@@ -637,8 +662,18 @@ mod tests {
         wait_for_idle_bytes(&budget, cap);
         assert_eq!(budget.buffers_prepared(), 1);
         assert_eq!(budget.buffers_handed_out(), (0, 0));
+        assert_eq!(
+            budget.in_use(),
+            0,
+            "its bytes count as taken only while it is made"
+        );
         // A kept buffer is large enough: nothing more is made.
         budget.prepare_in_background(len);
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(budget.buffers_prepared(), 1);
+        assert_eq!(budget.idle_buffer_bytes(), cap);
+        // A larger one would not fit beside it: nothing is made (it would only be freed).
+        budget.prepare_in_background(4 * BUFFER_GRAIN);
         std::thread::sleep(Duration::from_millis(50));
         assert_eq!(budget.buffers_prepared(), 1);
         assert_eq!(budget.idle_buffer_bytes(), cap);
@@ -654,8 +689,12 @@ mod tests {
         drop(b);
         drop(p);
         assert_eq!(budget.idle_buffer_bytes(), cap);
-        // Larger than the limit, or no limit: nothing is made.
-        for (limit, want) in [(BUFFER_GRAIN as u64, len), (0, len)] {
+        // Larger than the limit (once rounded up to the grain), or no limit: nothing is made.
+        for (limit, want) in [
+            (BUFFER_GRAIN as u64, len),
+            (BUFFER_GRAIN as u64 + 1, BUFFER_GRAIN + 1),
+            (0, len),
+        ] {
             let other = Arc::new(DownloadBudget::new(limit));
             other.prepare_in_background(want);
             std::thread::sleep(Duration::from_millis(50));

@@ -361,8 +361,9 @@ impl Fetcher {
                 self.fetch_part_size,
                 &mut watch,
             ));
-            // Closes the channel: the writer ends with the part it is writing, if any.
+            // The parts the writer has not begun are left to the caller from here on.
             all_landed.store(true, std::sync::atomic::Ordering::Release);
+            // Closes the channel: the writer ends with the part it is writing, if any.
             drop(watch);
             let staged = writer.and_then(|w| match w.join() {
                 Ok(staged) => staged,
@@ -570,4 +571,43 @@ fn cheapest_hash(file: &FileRef) -> FileRef {
         out.hashes.insert(k.clone(), v.clone());
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Records what it is asked to write.
+    #[derive(Default)]
+    struct Written(Vec<(u64, Vec<u8>)>);
+
+    impl PartSink for Written {
+        fn write_at(&mut self, at: u64, bytes: &[u8]) -> std::io::Result<()> {
+            self.0.push((at, bytes.to_vec()));
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_parts_left_are_written_from_the_checked_bytes_and_none_past_their_end() {
+        let stored: Vec<u8> = (0u8..=99).collect();
+        let staged = StagedParts {
+            sink: Written::default(),
+            rest: vec![(40, 30), (90, 10)],
+        };
+        assert_eq!(staged.parts_left(), 2);
+        let sink = staged.write_rest(&stored).unwrap();
+        assert_eq!(
+            sink.0,
+            vec![(40, stored[40..70].to_vec()), (90, stored[90..].to_vec())]
+        );
+        // A part past the bytes given is an error, not a panic or a short write.
+        for rest in [vec![(90, 11)], vec![(u64::MAX, 1)], vec![(1, usize::MAX)]] {
+            let staged = StagedParts {
+                sink: Written::default(),
+                rest,
+            };
+            assert!(staged.write_rest(&stored).is_err());
+        }
+    }
 }
