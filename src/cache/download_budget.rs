@@ -504,11 +504,7 @@ fn keepable_capacity(len: usize) -> usize {
 /// `len` zeroed, block-aligned bytes for a download that may be kept: the capacity is rounded
 /// up to [`BUFFER_GRAIN`] when `len` is at least that.
 fn fresh_keepable(len: usize) -> AlignedBuf {
-    if len < BUFFER_GRAIN {
-        return fresh(len);
-    }
-    let cap = len.div_ceil(BUFFER_GRAIN).saturating_mul(BUFFER_GRAIN);
-    let mut b = fresh(cap);
+    let mut b = fresh(keepable_capacity(len));
     b.set_len(len);
     b
 }

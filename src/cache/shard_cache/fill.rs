@@ -307,15 +307,7 @@ impl ShardCache {
         if !fetcher.downloads_in_parts(shard) {
             return;
         }
-        let largest = self
-            .dataset
-            .index()
-            .shards()
-            .iter()
-            .map(|s| s.stored_file().bytes)
-            .max()
-            .unwrap_or(0);
-        if let Ok(len) = usize::try_from(largest) {
+        if let Ok(len) = usize::try_from(self.largest_download) {
             self.downloads.prepare_in_background(len);
         }
     }

@@ -93,6 +93,8 @@ pub struct ShardCache {
     verifying: Mutex<()>,
     /// Bounds the bytes of shards downloading at once.
     downloads: Arc<DownloadBudget>,
+    /// Bytes of the largest stored shard file: the buffer a download may need.
+    largest_download: u64,
     /// Frees the budget's idle buffers while the cache is open.
     _idle_freeing: IdleFreeing,
     _lock: File,

@@ -45,6 +45,11 @@ impl ShardCache {
         let shards = dataset.index().shards();
         let limit = opts.cache_limit.unwrap_or(u64::MAX);
         check_budget(shards, limit)?;
+        let largest_download = shards
+            .iter()
+            .map(|s| s.stored_file().bytes)
+            .max()
+            .unwrap_or(0);
         let keys = shards
             .iter()
             .map(|s| ObjectKey::new(s.raw.basename.clone()))
@@ -99,6 +104,7 @@ impl ShardCache {
             room: Condvar::new(),
             _idle_freeing: free_idle_in_background(&downloads),
             downloads,
+            largest_download,
             policy,
             reader,
             direct,
