@@ -39,12 +39,16 @@ pub struct MountStatus {
     pub read_latency: LatencySnapshot,
     /// Files handed to the kernel's page cache ahead of their reads.
     pub page_cache_pushes: PagePushStatus,
+    /// Files of shards that landed from the store handed to the kernel's page cache before
+    /// their readers asked for them.
+    #[serde(default)]
+    pub landed_pushes: PagePushStatus,
     /// What the daemon's memory is made of.
     pub memory: ProcessMemory,
 }
 
-/// Files of a sample handed to the kernel's page cache when its first file was read, so
-/// their reads never reach the daemon.
+/// Files handed to the kernel's page cache ahead of their reads (a sample's other files when
+/// its first was read, or a landed shard's files), so their reads never reach the daemon.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default)]
 pub struct PagePushStatus {

@@ -63,5 +63,5 @@ pub use layout::LAYOUT_VERSION;
 pub use options::{default_cache_dir, CacheOptions, IoMode};
 pub use policy::{Candidate, EvictionContext, EvictionPolicy, LruPolicy};
 pub use preload::Advice;
-pub use shard_cache::{ShardCache, ShardHandle};
+pub use shard_cache::{OnLanded, ShardCache, ShardHandle};
 pub use stats::CacheStats;

@@ -169,12 +169,28 @@ pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &FuseOptions) -> Result<Mou
         }
     }));
     match page_push::start(session.notifier()) {
-        Ok(push) => vfs.set_push_pages(push),
+        Ok(push) => {
+            vfs.set_push_pages(push.file);
+            if push_landed_wanted() {
+                vfs.set_push_batches(push.batch);
+            } else {
+                tracing::info!(
+                    "SHARDFS_PUSH_LANDED=off: landed shards' files are read through FUSE"
+                );
+            }
+        }
         Err(e) => {
             tracing::warn!(error = %e, "cannot start the thread that hands files to the page cache; every file is read through FUSE")
         }
     }
     Ok(Mounted { session, path, own })
+}
+
+/// Whether the files of shards that land are handed to the page cache
+/// (`SHARDFS_PUSH_LANDED=off` turns it off, to measure it or to see each read reach the
+/// daemon; anything else leaves it on).
+fn push_landed_wanted() -> bool {
+    std::env::var("SHARDFS_PUSH_LANDED").map_or(true, |v| v.trim() != "off")
 }
 
 impl Mounted {

@@ -1,50 +1,77 @@
 //! `PagePusher`: hands whole files to the kernel's page cache (`FUSE_NOTIFY_STORE`) from a
-//! thread of its own, for the vfs's [`shardfs::vfs::PushPages`](crate::vfs::PushPages).
+//! thread of its own, for the vfs's [`PushPages`](crate::vfs::PushPages) (a sample's other
+//! files) and [`PushBatch`](crate::vfs::PushBatch) (a landed shard's files).
 //!
 //! Never from a thread that answers requests: the kernel takes each page's lock to store into
 //! it, and a reader that asked for the same file a moment earlier holds that lock until its
 //! READ is answered, by one of the threads that answer requests. Queued bytes are bounded
-//! ([`QUEUE_BYTES`]); a file that does not fit is not handed over (its read comes through
-//! FUSE as usual).
+//! ([`QUEUE_BYTES`] for single files, [`BATCH_QUEUE_BYTES`] for batches); a file or batch
+//! that does not fit is not handed over (its reads come through FUSE as usual). Single files
+//! go first: their reader is about to read them.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use fuser::{INodeNo, Notifier};
 
-use crate::vfs::{Ino, PushCounters, PushPages};
+use crate::vfs::{Ino, PushBatch, PushCounters, PushPages};
 
-/// Most bytes waiting to be handed over.
+/// Most bytes of single files waiting to be handed over.
 pub const QUEUE_BYTES: usize = 8 << 20;
+/// Most bytes of batches waiting to be handed over (twice as many for a batch whose caller
+/// cannot wait). Their files are views of shards just downloaded, which they keep in memory
+/// until handed over: two 64 MiB shards.
+pub const BATCH_QUEUE_BYTES: usize = 128 << 20;
+/// Longest a batch may wait for room when its caller may wait.
+pub const BATCH_WAIT: Duration = Duration::from_secs(2);
+
+/// One file to hand over, and where to count what became of it.
+type Job = (Ino, Bytes, Arc<PushCounters>);
 
 /// Files waiting, and their bytes.
 #[derive(Default)]
 struct Queue {
-    files: VecDeque<(Ino, Bytes, Arc<PushCounters>)>,
+    files: VecDeque<Job>,
     bytes: usize,
+    batches: VecDeque<Job>,
+    batch_bytes: usize,
     stop: bool,
 }
 
 /// The queue and its thread; dropping it lets the thread end once the queue is empty.
 struct Shared {
     queue: Mutex<Queue>,
+    /// Files were queued (or the queueing functions dropped).
     ready: Condvar,
+    /// Batch bytes were taken off the queue.
+    room: Condvar,
+}
+
+/// The functions that queue files for the pusher thread.
+pub struct Pushers {
+    /// Queues one file.
+    pub file: PushPages,
+    /// Queues many files at once.
+    pub batch: PushBatch,
 }
 
 /// Starts the thread that stores files into the page cache through `notifier`; returns the
-/// function that queues them.
-pub fn start(notifier: Notifier) -> std::io::Result<PushPages> {
+/// functions that queue them.
+pub fn start(notifier: Notifier) -> std::io::Result<Pushers> {
     let shared = Arc::new(Shared {
         queue: Mutex::new(Queue::default()),
         ready: Condvar::new(),
+        room: Condvar::new(),
     });
     let worker = shared.clone();
     std::thread::Builder::new()
         .name("fuse-push".into())
         .spawn(move || run(&worker, &notifier))?;
-    let stopper = Stopper(shared.clone());
-    Ok(Box::new(move |ino, bytes, counters| {
+    let stopper = Arc::new(Stopper(shared.clone()));
+    let (keep, batch_shared) = (stopper.clone(), shared.clone());
+    let file: PushPages = Box::new(move |ino, bytes, counters| {
         let _keep = &stopper;
         let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
         if q.bytes.saturating_add(bytes.len()) > QUEUE_BYTES {
@@ -54,16 +81,50 @@ pub fn start(notifier: Notifier) -> std::io::Result<PushPages> {
         q.files.push_back((ino, bytes, counters));
         shared.ready.notify_one();
         true
-    }))
+    });
+    let batch: PushBatch = Box::new(move |files, counters, wait| {
+        let _keep = &keep;
+        let shared = &batch_shared;
+        let len: usize = files.iter().map(|(_, b)| b.len()).sum();
+        let q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        // A batch larger than the bound goes alone into an empty queue. A caller that cannot
+        // wait is a reader's download: its shard holds that reader's next files, so it may
+        // fill the queue to twice the bound.
+        let bound = if wait {
+            BATCH_QUEUE_BYTES
+        } else {
+            2 * BATCH_QUEUE_BYTES
+        };
+        let full = |q: &mut Queue| q.batch_bytes > 0 && q.batch_bytes.saturating_add(len) > bound;
+        let (mut q, _) = shared
+            .room
+            .wait_timeout_while(q, if wait { BATCH_WAIT } else { Duration::ZERO }, |q| {
+                full(q) && !q.stop
+            })
+            .unwrap_or_else(|p| p.into_inner());
+        if full(&mut q) || q.stop {
+            return false;
+        }
+        q.batch_bytes += len;
+        q.batches.extend(
+            files
+                .into_iter()
+                .map(|(ino, bytes)| (ino, bytes, counters.clone())),
+        );
+        shared.ready.notify_one();
+        true
+    });
+    Ok(Pushers { file, batch })
 }
 
-/// Ends the thread when the queueing function is dropped (with the vfs).
+/// Ends the thread when both queueing functions are dropped (with the vfs).
 struct Stopper(Arc<Shared>);
 
 impl Drop for Stopper {
     fn drop(&mut self) {
         self.0.queue.lock().unwrap_or_else(|p| p.into_inner()).stop = true;
         self.0.ready.notify_all();
+        self.0.room.notify_all();
     }
 }
 
@@ -74,6 +135,11 @@ fn run(shared: &Shared, notifier: &Notifier) {
             loop {
                 if let Some(next) = q.files.pop_front() {
                     q.bytes = q.bytes.saturating_sub(next.1.len());
+                    break next;
+                }
+                if let Some(next) = q.batches.pop_front() {
+                    q.batch_bytes = q.batch_bytes.saturating_sub(next.1.len());
+                    shared.room.notify_all();
                     break next;
                 }
                 if q.stop {

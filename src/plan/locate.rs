@@ -102,6 +102,11 @@ impl SampleMap {
         })
     }
 
+    /// The global number of stream `stream`'s first shard.
+    pub fn first_shard_of(&self, stream: usize) -> Option<u32> {
+        self.streams.get(stream).map(|s| s.first_shard)
+    }
+
     /// (stream, shard in stream) of global shard `shard`.
     pub fn stream_of_shard(&self, shard: u32) -> Option<(usize, usize)> {
         let stream = self

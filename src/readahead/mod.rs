@@ -69,6 +69,17 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+thread_local! {
+    /// Set on the readahead's fetch threads.
+    static ON_FETCH_THREAD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Whether the calling thread is one of the readahead's fetch threads: it answers no reader,
+/// so work a download's landing hands on may make it wait (a reader's thread must not).
+pub fn on_fetch_thread() -> bool {
+    ON_FETCH_THREAD.with(|f| f.get())
+}
+
 /// Reads this many positions behind the cursor, of positions read before (or given up as
 /// skipped, behind [`MAX_SPREAD`]), [`RESTART_READS`] of them with no read near the cursor
 /// between, mean the reader restarted there.
@@ -283,7 +294,10 @@ impl Readahead {
             let i = inner.clone();
             if let Ok(t) = std::thread::Builder::new()
                 .name(format!("readahead-fetch-{n}"))
-                .spawn(move || i.fetch_loop())
+                .spawn(move || {
+                    ON_FETCH_THREAD.with(|f| f.set(true));
+                    i.fetch_loop()
+                })
             {
                 threads.push(t);
             }
@@ -413,6 +427,14 @@ impl Readahead {
         cur != NO_POSITION
             && c.epoch.load(Relaxed) == epoch
             && position.saturating_add(MAX_SPREAD) >= cur
+    }
+
+    /// Where local rank `rank`'s reader is: (epoch, highest position read), `None` before
+    /// its first read.
+    pub fn cursor(&self, rank: usize) -> Option<(u64, u64)> {
+        let c = self.inner.cursors.get(rank)?;
+        let position = c.position.load(Relaxed);
+        (position != NO_POSITION).then(|| (c.epoch.load(Relaxed), position))
     }
 
     /// Records a read that waited `waited` for its shard to arrive.

@@ -12,7 +12,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 
 use super::source::{
-    ColumnFile, ColumnRead, ColumnSet, Location, SampleSource, ShardError, SourceError,
+    ColumnFile, ColumnRead, ColumnSet, LandedShard, Location, OnLanded, SampleSource, ShardError,
+    SourceError,
 };
 use crate::cache::{CacheError, ShardCache};
 use crate::mds;
@@ -46,6 +47,8 @@ pub trait ShardStore: Send + Sync {
     }
     /// A reader is about to read `shard`: make ready what its download will need.
     fn prepare_download(&self, _shard: usize) {}
+    /// Calls `f` with each shard's number and verified bytes as it lands from the store.
+    fn on_landed(&self, _f: crate::cache::OnLanded) {}
     /// Live counters for `status.json`.
     fn status(&self) -> StreamCacheStatus;
     /// Where the shards come from (the dataset's URL), for error messages.
@@ -79,6 +82,9 @@ impl ShardStore for CachedShards {
     }
     fn prepare_download(&self, shard: usize) {
         self.0.prepare_download(shard)
+    }
+    fn on_landed(&self, f: crate::cache::OnLanded) {
+        self.0.on_landed(f)
     }
     fn source(&self) -> String {
         self.0.dataset().id().source.clone()
@@ -215,6 +221,33 @@ impl MdsDataset {
         render(split(raw_sample)?)
     }
 
+    /// The whole files of `columns` of the sample at `at` from its verified bytes `raw`; bytes
+    /// that do not split or render are left to the read of that file, which says why.
+    fn render_files(&self, at: &Location, raw: &Bytes, columns: ColumnSet) -> Vec<(u32, Bytes)> {
+        let Some((stream, entry)) = self.entry(at) else {
+            return Vec::new();
+        };
+        let Some(encodings) = stream.columns.get(at.shard).map(|c| &c.1) else {
+            return Vec::new();
+        };
+        let Ok(ranges) = mds::split_sample(&entry.columns, raw) else {
+            return Vec::new();
+        };
+        ranges
+            .into_iter()
+            .zip(encodings)
+            .zip(0u32..)
+            .filter(|(_, c)| columns.contains(*c))
+            .filter_map(|((r, enc), c)| {
+                if r.start > r.end || r.end > raw.len() {
+                    return None;
+                }
+                let file = mds::render_range(enc, &raw.slice(r), 0, usize::MAX).ok()?;
+                Some((c, file))
+            })
+            .collect()
+    }
+
     /// The file size of column `column` of the sample `at` from its shard's header alone
     /// (no sample bytes), when the column is the samples' only variable-size one and its file
     /// is its stored bytes: one ranged GET per shard instead of one per file before a shard
@@ -280,32 +313,55 @@ impl SampleSource for MdsDataset {
     }
 
     fn sibling_files(&self, at: &Location, columns: ColumnSet) -> Vec<(u32, Bytes)> {
-        let Some((stream, entry)) = self.entry(at) else {
+        let Some(raw) = self
+            .streams
+            .get(at.stream)
+            .and_then(|s| s.shards.sample_in_memory(at.shard, at.index))
+        else {
             return Vec::new();
         };
-        let Some(encodings) = stream.columns.get(at.shard).map(|c| &c.1) else {
+        self.render_files(at, &raw, columns)
+    }
+
+    fn watch_landings(&self, f: OnLanded) {
+        for (k, stream) in self.streams.iter().enumerate() {
+            let Some(first) = self.map.first_shard_of(k) else {
+                continue;
+            };
+            let f = f.clone();
+            stream.shards.on_landed(Box::new(move |shard, raw| {
+                // A header that does not parse is left to the reads, which say why.
+                let Ok(header) = mds::ShardHeader::parse(raw) else {
+                    return;
+                };
+                f(&LandedShard {
+                    global_shard: first.saturating_add(shard as u32),
+                    raw: raw.clone(),
+                    header,
+                });
+            }));
+        }
+    }
+
+    fn landed_files(
+        &self,
+        landed: &LandedShard,
+        at: &Location,
+        columns: ColumnSet,
+    ) -> Vec<(u32, Bytes)> {
+        if landed.global_shard != at.global_shard {
+            return Vec::new();
+        }
+        let Ok(r) = landed.header.sample_range(at.index) else {
             return Vec::new();
         };
-        let Some(raw) = stream.shards.sample_in_memory(at.shard, at.index) else {
+        let (Ok(start), Ok(end)) = (usize::try_from(r.start), usize::try_from(r.end)) else {
             return Vec::new();
         };
-        // Bytes that do not split or render are left to the read of that file, which says why.
-        let Ok(ranges) = mds::split_sample(&entry.columns, &raw) else {
+        if start > end || end > landed.raw.len() {
             return Vec::new();
-        };
-        ranges
-            .into_iter()
-            .zip(encodings)
-            .zip(0u32..)
-            .filter(|(_, c)| columns.contains(*c))
-            .filter_map(|((r, enc), c)| {
-                if r.start > r.end || r.end > raw.len() {
-                    return None;
-                }
-                let file = mds::render_range(enc, &raw.slice(r), 0, usize::MAX).ok()?;
-                Some((c, file))
-            })
-            .collect()
+        }
+        self.render_files(at, &landed.raw.slice(start..end), columns)
     }
 
     fn is_resident(&self, at: &Location) -> bool {

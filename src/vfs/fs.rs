@@ -9,10 +9,11 @@ use std::time::{Instant, SystemTime};
 
 use super::error::{FailedOp, VfsError};
 use super::inode::{ColumnNo, Epoch, Fixed, Ino, LocalRank, Node, Position, SampleId, MAX_EPOCHS};
+use super::landed::LandedPush;
 use super::names::{file_name, parse_epoch_dir, parse_file_name, parse_rank_dir, width_for};
-use super::push::{self, PushPages, SiblingPush};
+use super::push::{self, PushBatch, PushPages, SiblingPush};
 use super::recent::{KnownSizes, Named, RecentNames, SizeState};
-use super::source::{ColumnRead, Location, SampleSource, SourceError};
+use super::source::{ColumnRead, LandedShard, Location, SampleSource, SourceError};
 use super::status::ErrorLog;
 use crate::plan::{OrderCache, RankOrder};
 use crate::readahead::Readahead;
@@ -96,6 +97,10 @@ pub struct Vfs {
     push_pages: std::sync::OnceLock<PushPages>,
     /// Which of a sample's other files to hand over when its first is read.
     push: SiblingPush,
+    /// Hands a landed shard's files to the kernel's page cache (set by the FUSE layer).
+    push_batch: std::sync::OnceLock<PushBatch>,
+    /// Which files of a landed shard to hand over.
+    landed: LandedPush,
 }
 
 /// Tells the kernel to forget inode `Ino`'s size and pages, then calls the callback.
@@ -138,6 +143,8 @@ impl Vfs {
             forget_size: std::sync::OnceLock::new(),
             push_pages: std::sync::OnceLock::new(),
             push: SiblingPush::default(),
+            push_batch: std::sync::OnceLock::new(),
+            landed: LandedPush::default(),
         }
     }
 
@@ -150,11 +157,7 @@ impl Vfs {
 
     /// After the read at offset 0 of column `column` of the sample at `at`: hands the
     /// sample's other files that readers read (see [`SiblingPush`]) to the kernel's page
-    /// cache when their verified bytes are in memory. A file whose size the kernel was given
-    /// from unverified bytes goes only when its verified bytes have that size (which then
-    /// counts as checked); one whose given size proved wrong does not go (its read says so).
-    /// A file handed over with no size known yet has its size recorded from those bytes, so
-    /// the kernel's look-up of it, which comes next, is answered from the record.
+    /// cache when their verified bytes are in memory.
     fn push_siblings(&self, at: &Location, column: ColumnNo) {
         let Some(push_pages) = self.push_pages.get() else {
             return;
@@ -164,25 +167,97 @@ impl Vfs {
             return;
         }
         for (c, bytes) in self.source.sibling_files(at, wanted) {
-            if bytes.is_empty() || bytes.len() > push::MAX_FILE_BYTES {
-                continue;
-            }
-            let col = ColumnNo(c);
-            let len = bytes.len() as u64;
-            match self.sizes.state(at.sample, col) {
-                None => self.sizes.record(at.sample, col, len),
-                Some(SizeState::Verified(n)) if n == len => {}
-                Some(SizeState::Unverified(given)) if given == len => {
-                    self.sizes.record(at.sample, col, len);
-                }
-                Some(_) => continue,
-            }
-            let Some(ino) = Node::SampleFile(SampleId(at.sample), col).ino() else {
+            let Some(ino) = self.pushable(at.sample, ColumnNo(c), &bytes) else {
                 continue;
             };
             if !push_pages(ino, bytes, self.push.counters().clone()) {
                 self.push.counters().dropped();
             }
+        }
+    }
+
+    /// The inode to hand `bytes`, the verified whole file of column `col` of `sample`, to
+    /// the page cache as; `None` when it must not go. A file whose size the kernel was given
+    /// from unverified bytes goes only when its verified bytes have that size (which then
+    /// counts as checked); one whose given size proved wrong does not go (its read says so).
+    /// A file handed over with no size known yet has its size recorded from those bytes, so
+    /// the kernel's look-up of it, which comes next, is answered from the record.
+    fn pushable(&self, sample: u64, col: ColumnNo, bytes: &Bytes) -> Option<Ino> {
+        if bytes.is_empty() || bytes.len() > push::MAX_FILE_BYTES {
+            return None;
+        }
+        let len = bytes.len() as u64;
+        match self.sizes.state(sample, col) {
+            None => self.sizes.record(sample, col, len),
+            Some(SizeState::Verified(n)) if n == len => {}
+            Some(SizeState::Unverified(given)) if given == len => {
+                self.sizes.record(sample, col, len);
+            }
+            Some(_) => return None,
+        }
+        Node::SampleFile(SampleId(sample), col).ino()
+    }
+
+    /// Sets how to hand many files to the kernel's page cache at once (the FUSE layer's
+    /// store notifications, from a thread of its own), and from then on hands over the files
+    /// readers are about to read of every shard that lands from the store (see
+    /// `vfs::landed`). Only the first call counts.
+    pub fn set_push_batches(self: &Arc<Self>, f: PushBatch) {
+        if self.push_batch.set(f).is_err() {
+            return;
+        }
+        let vfs = Arc::downgrade(self);
+        self.source
+            .watch_landings(Arc::new(move |landed: &LandedShard| {
+                if let Some(v) = vfs.upgrade() {
+                    v.push_landed(landed);
+                }
+            }));
+    }
+
+    /// Hands the files of `landed` that readers of listed folders are about to read to the
+    /// kernel's page cache. On a readahead fetch thread it waits a while for room in the
+    /// queue (the next download waits with it, so pushing keeps up with downloading); on a
+    /// reader's thread it never waits (the kernel may hold the pages of the file that reader
+    /// asked for until it is answered): a full queue drops them, and they are read through
+    /// FUSE as usual.
+    fn push_landed(&self, landed: &LandedShard) {
+        let Some(push_batch) = self.push_batch.get() else {
+            return;
+        };
+        let columns = self.landed.columns();
+        if columns.is_empty() {
+            return;
+        }
+        let samples = self.landed.samples_of(
+            landed.global_shard,
+            &|r| self.readahead.cursor(r.0 as usize),
+            &|r, e| self.order(r, e).ok(),
+            &|s| self.source.locate(s).map(|at| at.global_shard),
+        );
+        let mut files = Vec::new();
+        let mut seen = std::collections::HashSet::new();
+        for t in samples {
+            // A sample listed in two folders of its rank is one inode: handed over once.
+            if !seen.insert(t.sample) {
+                continue;
+            }
+            let Some(at) = self.source.locate(t.sample) else {
+                continue;
+            };
+            for (c, bytes) in self.source.landed_files(landed, &at, columns) {
+                if let Some(ino) = self.pushable(at.sample, ColumnNo(c), &bytes) {
+                    files.push((ino, bytes));
+                }
+            }
+        }
+        if files.is_empty() {
+            return;
+        }
+        let n = files.len() as u64;
+        let wait = crate::readahead::on_fetch_thread();
+        if !push_batch(files, self.landed.counters().clone(), wait) {
+            self.landed.counters().dropped_many(n);
         }
     }
 
@@ -418,6 +493,11 @@ impl Vfs {
             Some(Node::EpochDir(r, e)) => Some((r, e)),
             _ => None,
         };
+        if let (Some((r, e)), 0) = (folder, offset) {
+            // The kernel will hold an inode for each name: the files of shards that land
+            // can be handed to it.
+            self.landed.on_listed(r, e);
+        }
         self.readdir(ino, offset, |entry| {
             let attr = self.attr_now(entry.ino);
             if let (Some((r, e)), Some(_), Some(Node::SampleFile(s, _))) =
@@ -667,6 +747,9 @@ impl Vfs {
                     }
                 };
                 if offset == 0 {
+                    if rank.is_some() {
+                        self.landed.on_read(c.0);
+                    }
                     self.push_siblings(&at, c);
                 }
                 if let Some(r) = rank {
@@ -781,6 +864,7 @@ impl Vfs {
             cache: self.source.status(),
             read_latency: self.read_latency.snapshot(),
             page_cache_pushes: self.push.counters().snapshot(),
+            landed_pushes: self.landed.counters().snapshot(),
             memory: crate::cache::process_memory::snapshot(),
         }
     }

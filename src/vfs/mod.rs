@@ -16,6 +16,7 @@ mod dataset;
 mod error;
 mod fs;
 pub mod inode;
+mod landed;
 pub mod names;
 mod push;
 mod recent;
@@ -26,8 +27,10 @@ pub use dataset::{CachedShards, MdsDataset, ShardStore};
 pub use error::VfsError;
 pub use fs::{Attr, DirEntry, Kind, Vfs, VfsConfig};
 pub use inode::Ino;
-pub use push::{PushCounters, PushPages};
-pub use source::{ColumnFile, ColumnRead, ColumnSet, Location, SampleSource, SourceError};
+pub use push::{PushBatch, PushCounters, PushPages};
+pub use source::{
+    ColumnFile, ColumnRead, ColumnSet, LandedShard, Location, OnLanded, SampleSource, SourceError,
+};
 
 #[cfg(test)]
 mod tests;

@@ -43,6 +43,12 @@ const RECENT: usize = 1024;
 /// them now (its queue is full).
 pub type PushPages = Box<dyn Fn(Ino, Bytes, Arc<PushCounters>) -> bool + Send + Sync>;
 
+/// Hands many whole files to the kernel's page cache at once, from the same thread as
+/// [`PushPages`] (the files of a shard that just landed); false when it could not take them
+/// (its queue for such batches is full). With `wait` it waits a while for room first
+/// (only from a thread that answers no reader); without, it never blocks.
+pub type PushBatch = Box<dyn Fn(Vec<(Ino, Bytes)>, Arc<PushCounters>, bool) -> bool + Send + Sync>;
+
 /// What became of the files handed over.
 #[derive(Debug, Default)]
 pub struct PushCounters {
@@ -67,6 +73,11 @@ impl PushCounters {
     /// A file was not handed over: the queue to the kernel was full.
     pub fn dropped(&self) {
         self.dropped.fetch_add(1, Relaxed);
+    }
+
+    /// `n` files were not handed over: the queue to the kernel was full.
+    pub fn dropped_many(&self, n: u64) {
+        self.dropped.fetch_add(n, Relaxed);
     }
 
     /// The counters, for `status.json`.

@@ -64,6 +64,22 @@ impl ColumnSet {
     }
 }
 
+/// A shard that has just landed from the store: its verified bytes and their header, for
+/// handing the files readers are about to read to the kernel's page cache while the bytes
+/// are at hand.
+pub struct LandedShard {
+    /// The shard's global number (across streams).
+    pub global_shard: u32,
+    /// The whole shard, verified.
+    pub raw: Bytes,
+    /// Its header, parsed from `raw`.
+    pub header: crate::mds::ShardHeader,
+}
+
+/// Told of each shard as it lands from the store ([`SampleSource::watch_landings`]). Must
+/// not block: it runs on the thread of the download, which may be a reader's.
+pub type OnLanded = std::sync::Arc<dyn Fn(&LandedShard) + Send + Sync>;
+
 /// A read of one sample file: up to `size` bytes from `offset` of column `column` of the
 /// sample at `at`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -160,6 +176,19 @@ pub trait SampleSource: Send + Sync {
     /// bytes are not at hand are left out. For handing a sample's other files to the kernel's
     /// page cache while the reader reads its first.
     fn sibling_files(&self, _at: &Location, _columns: ColumnSet) -> Vec<(u32, Bytes)> {
+        Vec::new()
+    }
+    /// Calls `f` with each shard that lands from the store from now on (set once).
+    fn watch_landings(&self, _f: OnLanded) {}
+    /// The whole files of `columns` of the sample at `at`, rendered from `landed`, the
+    /// verified bytes of its shard; columns whose bytes do not split or render are left out
+    /// (their reads say why).
+    fn landed_files(
+        &self,
+        _landed: &LandedShard,
+        _at: &Location,
+        _columns: ColumnSet,
+    ) -> Vec<(u32, Bytes)> {
         Vec::new()
     }
     /// Whether the sample's shard is on local disk now (verified).

@@ -35,11 +35,27 @@ struct Memory {
     fetches_begun: AtomicU64,
     /// Samples named to [`SampleSource::prepare_to_read`], in order.
     prepared: std::sync::Mutex<Vec<u64>>,
+    /// Told of shards that land ([`Memory::land`]).
+    landings: std::sync::Mutex<Option<source::OnLanded>>,
 }
 
 impl Memory {
     fn bytes(s: u64, c: u32) -> Vec<u8> {
         s.to_string().repeat(c as usize + 1).into_bytes()
+    }
+
+    /// Global shard `shard` lands from the store (its bytes are the model's, so the landed
+    /// bytes themselves are an empty shard).
+    fn land(&self, shard: u32) {
+        let f = self.landings.lock().unwrap().clone();
+        if let Some(f) = f {
+            let raw = bytes::Bytes::from_static(&[0, 0, 0, 0, 8, 0, 0, 0]);
+            f(&source::LandedShard {
+                global_shard: shard,
+                header: crate::mds::ShardHeader::parse(&raw).unwrap(),
+                raw,
+            });
+        }
     }
 }
 
@@ -91,6 +107,20 @@ impl SampleSource for Memory {
     }
     fn prepare_to_read(&self, at: &Location) {
         self.prepared.lock().unwrap().push(at.sample);
+    }
+    fn watch_landings(&self, f: source::OnLanded) {
+        *self.landings.lock().unwrap() = Some(f);
+    }
+    fn landed_files(
+        &self,
+        landed: &source::LandedShard,
+        at: &Location,
+        columns: source::ColumnSet,
+    ) -> Vec<(u32, bytes::Bytes)> {
+        if landed.global_shard != at.global_shard {
+            return Vec::new();
+        }
+        self.sibling_files(at, columns)
     }
     fn columns(&self, sample: u64) -> Option<&[ColumnFile]> {
         (sample < self.n).then(|| &self.cols[..1 + (sample % 3) as usize])
@@ -207,6 +237,7 @@ fn memory(n: u64, broken_shard: Option<u32>) -> Arc<Memory> {
         fetch_delay: std::sync::Mutex::new(std::time::Duration::ZERO),
         fetches_begun: AtomicU64::new(0),
         prepared: std::sync::Mutex::new(Vec::new()),
+        landings: std::sync::Mutex::new(None),
     })
 }
 
@@ -784,5 +815,6 @@ fn a_read_held_for_a_cold_start_s_first_fetch_counts_the_hold_as_a_stall() {
     assert!(stalls.stalls >= 1);
 }
 
+mod landed;
 mod page_push;
 mod prepare;

@@ -63,10 +63,12 @@ fn metrics_endpoint_counts_what_reads_do() {
     }
     let (_, after) = get(port, "/metrics");
     let reads = value(&after, "shardfs_rank_reads_total{rank=\"0\"}");
-    // A file handed to the page cache when another file of its sample was read is read from
-    // there, unless its read came first.
-    let pushed = value(&after, "shardfs_page_cache_pushed_files_total");
-    let pushed_bytes = value(&after, "shardfs_page_cache_pushed_bytes_total");
+    // A file handed to the page cache when another file of its sample was read, or when its
+    // shard landed, is read from there, unless its read came first.
+    let pushed = value(&after, "shardfs_page_cache_pushed_files_total")
+        + value(&after, "shardfs_landed_pushed_files_total");
+    let pushed_bytes = value(&after, "shardfs_page_cache_pushed_bytes_total")
+        + value(&after, "shardfs_landed_pushed_bytes_total");
     assert!(
         reads + pushed >= files as f64,
         "{reads} reads and {pushed} files handed over for {files} files"

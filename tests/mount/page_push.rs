@@ -43,6 +43,16 @@ fn files_by_sample(m: &Mount, epoch: &Path, stat: bool) -> Vec<Vec<String>> {
     out
 }
 
+/// A mount of `dir` whose files reach the page cache only as a sample's other files (the
+/// files of landed shards are not handed over: tests/mount/landed_push.rs).
+fn sibling_push_alone(dir: &Path) -> Mount {
+    Mount::with_env(
+        dir.to_str().unwrap(),
+        &[],
+        &[("SHARDFS_PUSH_LANDED", "off")],
+    )
+}
+
 /// The expected bytes of file `name` of sample `g`.
 fn expected(exp: &Expected, g: u64, name: &str) -> Vec<u8> {
     exp.files(g)
@@ -68,7 +78,7 @@ fn a_samples_other_files_stay_in_the_page_cache_when_a_cold_listing_had_no_sizes
 fn others_are_handed_over(stat_first: bool) {
     let dir = fixtures().join("mds/basic");
     let exp = Expected::load(&dir);
-    let m = Mount::new(dir.to_str().unwrap(), &[]);
+    let m = sibling_push_alone(&dir);
     let epoch = m.mnt.join("rank-0/epoch-0");
     let samples = files_by_sample(&m, &epoch, stat_first);
     let columns = samples[0].len() as u64;
@@ -147,7 +157,7 @@ fn others_are_handed_over(stat_first: bool) {
 fn columns_nobody_reads_are_not_handed_over() {
     let dir = fixtures().join("mds/basic");
     let exp = Expected::load(&dir);
-    let m = Mount::new(dir.to_str().unwrap(), &[]);
+    let m = sibling_push_alone(&dir);
     let epoch = m.mnt.join("rank-0/epoch-0");
     let samples = files_by_sample(&m, &epoch, true);
     // Only each sample's first file is read, well past the learning pause.

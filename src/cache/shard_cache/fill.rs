@@ -6,7 +6,7 @@ use super::flight::Flight;
 use super::read::sample_span;
 use super::room::{Room, RoomWait};
 use super::trust::{FileStamp, Trust};
-use super::{ShardCache, Slot};
+use super::{OnLanded, ShardCache, Slot};
 use crate::cache::download_budget::Urgency;
 use crate::cache::file_sum::FileSum;
 use crate::cache::io;
@@ -234,6 +234,9 @@ impl ShardCache {
                 .put_header(shard, Provenance::Verified, Arc::new(h));
         }
         flight.publish(raw.clone());
+        if let Some(landed) = self.landed.get() {
+            landed(shard, &raw);
+        }
         let dest = self.layout.shard_path(key);
         // The store's CRC64NVME when it vouched for these very bytes: no second pass over
         // them (see `file_sum.rs`).
@@ -290,6 +293,14 @@ impl ShardCache {
             "shard cached"
         );
         Ok((raw.len() as u64, file))
+    }
+
+    /// Sets what is told of every shard that lands from the store from now on, with its
+    /// verified bytes, before it is written to disk (once; later calls are ignored). For
+    /// handing the files readers will read to the kernel's page cache while the bytes are at
+    /// hand.
+    pub fn on_landed(&self, f: OnLanded) {
+        let _ = self.landed.set(f);
     }
 
     /// Makes memory ready for a download ahead of it, when `shard` is neither on disk nor

@@ -95,10 +95,17 @@ pub struct ShardCache {
     downloads: Arc<DownloadBudget>,
     /// Bytes of the largest stored shard file: the buffer a download may need.
     largest_download: u64,
+    /// Told of every shard that lands from the store, with its verified bytes
+    /// ([`ShardCache::on_landed`]).
+    landed: std::sync::OnceLock<OnLanded>,
     /// Frees the budget's idle buffers while the cache is open.
     _idle_freeing: IdleFreeing,
     _lock: File,
 }
+
+/// Called with a shard's index and its verified bytes when it lands from the store, before
+/// it is on disk. Must not block: it runs on the thread of the fill, which may be a reader's.
+pub type OnLanded = Box<dyn Fn(usize, &bytes::Bytes) + Send + Sync>;
 
 impl std::fmt::Debug for ShardCache {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

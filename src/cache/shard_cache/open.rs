@@ -102,6 +102,7 @@ impl ShardCache {
                 clock: adopted.clock,
             }),
             room: Condvar::new(),
+            landed: std::sync::OnceLock::new(),
             _idle_freeing: free_idle_in_background(&downloads),
             downloads,
             largest_download,
