@@ -172,7 +172,7 @@ pub fn mount(vfs: Arc<Vfs>, mountpoint: &Path, opts: &FuseOptions) -> Result<Mou
         Ok(push) => {
             vfs.set_push_pages(push.file);
             if push_landed_wanted() {
-                vfs.set_push_batches(push.batch);
+                vfs.set_push_batches(push.batch, push.held);
             } else {
                 tracing::info!(
                     "SHARDFS_PUSH_LANDED=off: landed shards' files are read through FUSE"

@@ -9,14 +9,14 @@
 //! that does not fit is not handed over (its reads come through FUSE as usual). Single files
 //! go first: their reader is about to read them.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
 use fuser::{INodeNo, Notifier};
 
-use crate::vfs::{Ino, PushBatch, PushCounters, PushPages};
+use crate::vfs::{Ino, PushBatch, PushCounters, PushPages, PushedBytes};
 
 /// Most bytes of single files waiting to be handed over.
 pub const QUEUE_BYTES: usize = 8 << 20;
@@ -37,7 +37,26 @@ struct Queue {
     bytes: usize,
     batches: VecDeque<Job>,
     batch_bytes: usize,
+    /// The bytes of every batch file queued or being handed over, by inode (with how many
+    /// times it is queued), for [`PushedBytes`].
+    held: HashMap<u64, (Bytes, u32)>,
     stop: bool,
+}
+
+impl Queue {
+    fn hold(&mut self, ino: Ino, bytes: &Bytes) {
+        let e = self.held.entry(ino.0).or_insert_with(|| (bytes.clone(), 0));
+        e.1 += 1;
+    }
+
+    fn release(&mut self, ino: Ino) {
+        if let Some(e) = self.held.get_mut(&ino.0) {
+            e.1 = e.1.saturating_sub(1);
+            if e.1 == 0 {
+                self.held.remove(&ino.0);
+            }
+        }
+    }
 }
 
 /// The queue and its thread; dropping it lets the thread end once the queue is empty.
@@ -55,6 +74,8 @@ pub struct Pushers {
     pub file: PushPages,
     /// Queues many files at once.
     pub batch: PushBatch,
+    /// The bytes of a batch file not yet handed over.
+    pub held: PushedBytes,
 }
 
 /// Starts the thread that stores files into the page cache through `notifier`; returns the
@@ -70,7 +91,7 @@ pub fn start(notifier: Notifier) -> std::io::Result<Pushers> {
         .name("fuse-push".into())
         .spawn(move || run(&worker, &notifier))?;
     let stopper = Arc::new(Stopper(shared.clone()));
-    let (keep, batch_shared) = (stopper.clone(), shared.clone());
+    let (keep, batch_shared, held_shared) = (stopper.clone(), shared.clone(), shared.clone());
     let file: PushPages = Box::new(move |ino, bytes, counters| {
         let _keep = &stopper;
         let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
@@ -106,15 +127,18 @@ pub fn start(notifier: Notifier) -> std::io::Result<Pushers> {
             return false;
         }
         q.batch_bytes += len;
-        q.batches.extend(
-            files
-                .into_iter()
-                .map(|(ino, bytes)| (ino, bytes, counters.clone())),
-        );
+        for (ino, bytes) in files {
+            q.hold(ino, &bytes);
+            q.batches.push_back((ino, bytes, counters.clone()));
+        }
         shared.ready.notify_one();
         true
     });
-    Ok(Pushers { file, batch })
+    let held: PushedBytes = Box::new(move |ino| {
+        let q = held_shared.queue.lock().unwrap_or_else(|p| p.into_inner());
+        q.held.get(&ino.0).map(|(b, _)| b.clone())
+    });
+    Ok(Pushers { file, batch, held })
 }
 
 /// Ends the thread when both queueing functions are dropped (with the vfs).
@@ -130,17 +154,17 @@ impl Drop for Stopper {
 
 fn run(shared: &Shared, notifier: &Notifier) {
     loop {
-        let (ino, bytes, counters) = {
+        let ((ino, bytes, counters), batch) = {
             let mut q = shared.queue.lock().unwrap_or_else(|p| p.into_inner());
             loop {
                 if let Some(next) = q.files.pop_front() {
                     q.bytes = q.bytes.saturating_sub(next.1.len());
-                    break next;
+                    break (next, false);
                 }
                 if let Some(next) = q.batches.pop_front() {
                     q.batch_bytes = q.batch_bytes.saturating_sub(next.1.len());
                     shared.room.notify_all();
-                    break next;
+                    break (next, true);
                 }
                 if q.stop {
                     return;
@@ -150,12 +174,21 @@ fn run(shared: &Shared, notifier: &Notifier) {
         };
         // ENOENT: the kernel no longer holds the inode (forgotten, or never looked up), so
         // there is no page cache to fill; the file's read comes through FUSE.
+        // The store waits for the file's page locks: a READ of it that came first holds them
+        // until answered, and is answered from `held` when its shard cannot be read now.
         match notifier.store(INodeNo(ino.0), 0, &bytes) {
             Ok(()) => counters.stored(bytes.len()),
             Err(e) => {
                 counters.refused();
                 tracing::debug!(ino = ino.0, error = %e, "page cache store refused");
             }
+        }
+        if batch {
+            shared
+                .queue
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .release(ino);
         }
     }
 }

@@ -11,7 +11,7 @@ use super::error::{FailedOp, VfsError};
 use super::inode::{ColumnNo, Epoch, Fixed, Ino, LocalRank, Node, Position, SampleId, MAX_EPOCHS};
 use super::landed::LandedPush;
 use super::names::{file_name, parse_epoch_dir, parse_file_name, parse_rank_dir, width_for};
-use super::push::{self, PushBatch, PushPages, SiblingPush};
+use super::push::{self, PushBatch, PushPages, PushedBytes, SiblingPush};
 use super::recent::{KnownSizes, Named, RecentNames, SizeState};
 use super::source::{ColumnRead, LandedShard, Location, SampleSource, SourceError};
 use super::status::ErrorLog;
@@ -99,6 +99,8 @@ pub struct Vfs {
     push: SiblingPush,
     /// Hands a landed shard's files to the kernel's page cache (set by the FUSE layer).
     push_batch: std::sync::OnceLock<PushBatch>,
+    /// The bytes of a landed shard's file still waiting to be handed over.
+    pushed_bytes: std::sync::OnceLock<PushedBytes>,
     /// Which files of a landed shard to hand over.
     landed: LandedPush,
 }
@@ -144,6 +146,7 @@ impl Vfs {
             push_pages: std::sync::OnceLock::new(),
             push: SiblingPush::default(),
             push_batch: std::sync::OnceLock::new(),
+            pushed_bytes: std::sync::OnceLock::new(),
             landed: LandedPush::default(),
         }
     }
@@ -186,14 +189,11 @@ impl Vfs {
         if bytes.is_empty() || bytes.len() > push::MAX_FILE_BYTES {
             return None;
         }
-        let len = bytes.len() as u64;
-        match self.sizes.state(sample, col) {
-            None => self.sizes.record(sample, col, len),
-            Some(SizeState::Verified(n)) if n == len => {}
-            Some(SizeState::Unverified(given)) if given == len => {
-                self.sizes.record(sample, col, len);
-            }
-            Some(_) => return None,
+        if !self
+            .sizes
+            .record_if_consistent(sample, col, bytes.len() as u64)
+        {
+            return None;
         }
         Node::SampleFile(SampleId(sample), col).ino()
     }
@@ -201,11 +201,13 @@ impl Vfs {
     /// Sets how to hand many files to the kernel's page cache at once (the FUSE layer's
     /// store notifications, from a thread of its own), and from then on hands over the files
     /// readers are about to read of every shard that lands from the store (see
-    /// `vfs::landed`). Only the first call counts.
-    pub fn set_push_batches(self: &Arc<Self>, f: PushBatch) {
+    /// `vfs::landed`); `held` gives the bytes of such a file still waiting, for its reads
+    /// (see [`PushedBytes`]). Only the first call counts.
+    pub fn set_push_batches(self: &Arc<Self>, f: PushBatch, held: PushedBytes) {
         if self.push_batch.set(f).is_err() {
             return;
         }
+        let _ = self.pushed_bytes.set(held);
         let vfs = Arc::downgrade(self);
         self.source
             .watch_landings(Arc::new(move |landed: &LandedShard| {
@@ -719,7 +721,20 @@ impl Vfs {
                     resident: self.source.is_resident(&at),
                     since: Instant::now(),
                 };
-                if rank.is_some() && !self.source.can_read_now(&at) {
+                let now = self.source.can_read_now(&at);
+                if !now {
+                    // Its verified bytes may wait to be handed to the page cache, the pusher
+                    // waiting for this very read's page lock.
+                    if let Some(bytes) = self.pushed_bytes.get().and_then(|held| held(ino)) {
+                        let data = slice(&bytes);
+                        if let Some(r) = rank {
+                            self.readahead.count_bytes(r.0 as usize, data.len() as u64);
+                        }
+                        self.read_latency.observe(started.elapsed());
+                        return Ok(data);
+                    }
+                }
+                if rank.is_some() && !now {
                     self.readahead.hold_for_first_fetch(at.global_shard);
                 }
                 let r = ColumnRead {

@@ -36,8 +36,11 @@ use crate::plan::RankOrder;
 /// Every this many positions of a rank's order, a sample is not handed over, so that its
 /// reads reach us and move that rank's readahead cursor (the last position is not either).
 pub const MARK_EVERY: u64 = 16;
-/// Positions of a rank's order indexed by shard at once.
-pub const SPAN: u64 = 1 << 18;
+/// Positions of a rank's order indexed by shard at once, from 256 behind its cursor: the
+/// furthest ahead a landed shard's files are handed over (a shard in a shuffle block of
+/// StreamingDataset's default 262,144 samples has samples all over the block; the kernel's
+/// page cache is not ours to fill with an epoch).
+pub const SPAN: u64 = 1 << 16;
 /// Positions behind a rank's cursor that may still be unread (a DataLoader's workers each
 /// read a batch of their own, out of order): their files are handed over too.
 pub const BEHIND: u64 = 256;

@@ -27,7 +27,7 @@ pub use dataset::{CachedShards, MdsDataset, ShardStore};
 pub use error::VfsError;
 pub use fs::{Attr, DirEntry, Kind, Vfs, VfsConfig};
 pub use inode::Ino;
-pub use push::{PushBatch, PushCounters, PushPages};
+pub use push::{PushBatch, PushCounters, PushPages, PushedBytes};
 pub use source::{
     ColumnFile, ColumnRead, ColumnSet, LandedShard, Location, OnLanded, SampleSource, SourceError,
 };

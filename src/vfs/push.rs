@@ -49,6 +49,13 @@ pub type PushPages = Box<dyn Fn(Ino, Bytes, Arc<PushCounters>) -> bool + Send + 
 /// (only from a thread that answers no reader); without, it never blocks.
 pub type PushBatch = Box<dyn Fn(Vec<(Ino, Bytes)>, Arc<PushCounters>, bool) -> bool + Send + Sync>;
 
+/// The whole bytes of file `Ino` when a batch holds it, queued or being handed over: a read
+/// of it whose shard cannot be read now is answered from them. The bytes of a landed shard's
+/// files are views of its download buffer, so while they wait, that buffer's download memory
+/// stays taken; a read that needed a new download of the shard (evicted meanwhile, or not
+/// written) could wait for that memory while the pusher waits for the read's page lock.
+pub type PushedBytes = Box<dyn Fn(Ino) -> Option<Bytes> + Send + Sync>;
+
 /// What became of the files handed over.
 #[derive(Debug, Default)]
 pub struct PushCounters {

@@ -251,6 +251,33 @@ impl KnownSizes {
         self.put(sample, col, (size & Self::SIZE) | Self::FORGETTING);
     }
 
+    /// Records `size`, from verified bytes, unless a different size was handed out for the
+    /// file (unverified, or being forgotten), in one step with the look-up: true when the
+    /// file's known size is now `size`, verified. For handing the file's bytes to the page
+    /// cache, which must not contradict a size the kernel holds.
+    pub fn record_if_consistent(&self, sample: u64, col: ColumnNo, size: u64) -> bool {
+        let Some(k) = Self::key(sample, col) else {
+            return false;
+        };
+        let size = size & Self::SIZE;
+        let mut consistent = false;
+        self.sizes.update(k, |old| match old {
+            None => {
+                consistent = true;
+                size
+            }
+            Some(v) if v & Self::SIZE == size && v & Self::FORGETTING == 0 => {
+                consistent = true;
+                if v & Self::UNVERIFIED != 0 {
+                    self.to_check.fetch_sub(1, SeqCst);
+                }
+                size
+            }
+            Some(v) => v,
+        });
+        consistent
+    }
+
     fn put(&self, sample: u64, col: ColumnNo, value: u64) {
         let Some(k) = Self::key(sample, col) else {
             return;
@@ -408,6 +435,29 @@ mod tests {
         sizes.record(3, ColumnNo(1), 9);
         assert!(!sizes.any_to_check());
         assert_eq!(sizes.state(3, ColumnNo(1)), Some(SizeState::Verified(9)));
+    }
+
+    #[test]
+    fn a_verified_size_is_recorded_only_where_it_contradicts_no_size_handed_out() {
+        let sizes = KnownSizes::default();
+        let c = ColumnNo(1);
+        // Nothing known, or the same size known: recorded (and checked).
+        assert!(sizes.record_if_consistent(1, c, 10));
+        assert_eq!(sizes.state(1, c), Some(SizeState::Verified(10)));
+        assert!(sizes.record_if_consistent(1, c, 10));
+        sizes.record_unverified(2, c, 20);
+        assert!(sizes.any_to_check());
+        assert!(sizes.record_if_consistent(2, c, 20));
+        assert_eq!(sizes.state(2, c), Some(SizeState::Verified(20)));
+        assert!(!sizes.any_to_check(), "the unverified size is checked now");
+        // Another size handed out, verified or not, or being forgotten: left as it is.
+        assert!(!sizes.record_if_consistent(1, c, 11));
+        sizes.record_unverified(3, c, 30);
+        assert!(!sizes.record_if_consistent(3, c, 31));
+        assert_eq!(sizes.state(3, c), Some(SizeState::Unverified(30)));
+        sizes.record_forgetting(4, c, 40);
+        assert!(!sizes.record_if_consistent(4, c, 40));
+        assert_eq!(sizes.state(4, c), Some(SizeState::Forgetting(40)));
     }
 
     #[test]

@@ -14,13 +14,16 @@ fn recording() -> (Arc<Memory>, Arc<Vfs>, Pushed) {
     let v = Arc::new(vfs_over(src.clone(), vec![0], 1));
     let pushed: Pushed = Arc::default();
     let seen = pushed.clone();
-    v.set_push_batches(Box::new(move |files, counters, _wait| {
-        for (ino, bytes) in files {
-            counters.stored(bytes.len());
-            seen.lock().unwrap().push((ino, bytes.to_vec()));
-        }
-        true
-    }));
+    v.set_push_batches(
+        Box::new(move |files, counters, _wait| {
+            for (ino, bytes) in files {
+                counters.stored(bytes.len());
+                seen.lock().unwrap().push((ino, bytes.to_vec()));
+            }
+            true
+        }),
+        Box::new(|_| None),
+    );
     (src, v, pushed)
 }
 
@@ -141,5 +144,35 @@ fn nothing_is_handed_over_behind_the_reader_nor_for_folders_not_listed() {
         pushed.lock().unwrap().len(),
         10,
         "ten samples of the one column read"
+    );
+}
+
+#[test]
+fn a_read_whose_shard_cannot_be_read_now_is_answered_from_bytes_waiting_to_be_pushed() {
+    let src = memory(600, None);
+    let v = Arc::new(vfs_over(src.clone(), vec![0], 1));
+    // Sample 598's column a waits in the pusher's queue (its bytes marked, to tell them apart).
+    let waiting = file(598, 0);
+    v.set_push_batches(
+        Box::new(|_, _, _| true),
+        Box::new(move |ino| (ino == waiting).then(|| bytes::Bytes::from_static(b"held 598"))),
+    );
+    let epoch = path(&v, "rank-0/epoch-0").unwrap().ino;
+    let a = v.lookup(epoch, "00000001.a.bin").unwrap();
+    assert_eq!(a.ino, waiting);
+    // Its shard on hand: read as usual.
+    assert_eq!(
+        &v.read(waiting, 0, 4096).unwrap()[..],
+        &Memory::bytes(598, 0)[..]
+    );
+    // Its shard gone (evicted, or never written): the waiting bytes, not a new download.
+    src.cold.store(true, Relaxed);
+    assert_eq!(&v.read(waiting, 0, 4096).unwrap()[..], b"held 598");
+    assert_eq!(&v.read(waiting, 5, 2).unwrap()[..], b"59");
+    // Another file of the same shard has no waiting bytes: read from the source.
+    let other = v.lookup(epoch, "00000002.a.bin").unwrap();
+    assert_eq!(
+        &v.read(other.ino, 0, 4096).unwrap()[..],
+        &Memory::bytes(597, 0)[..]
     );
 }
