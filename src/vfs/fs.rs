@@ -369,10 +369,22 @@ impl Vfs {
             Some(Node::SampleFile(s, c)) if for_read || self.sizes.get(s.0, c).is_none() => {
                 // A sample with no shard is an error answered at once.
                 let at = self.source.locate(s.0)?;
-                (!self.source.can_read_now(&at)).then_some(at.global_shard)
+                if self.source.can_read_now(&at) || (for_read && self.is_held(ino)) {
+                    return None;
+                }
+                Some(at.global_shard)
             }
             _ => None,
         }
+    }
+
+    /// Whether file `ino`'s bytes wait in the pusher's queue: its read is answered from them
+    /// at once (never queued behind a read of its shard that waits for a download, which
+    /// could wait for the download memory those queued bytes hold).
+    fn is_held(&self, ino: Ino) -> bool {
+        self.pushed_bytes
+            .get()
+            .is_some_and(|held| held(ino).is_some())
     }
 
     fn column_named(&self, sample: u64, suffix: &str) -> Result<ColumnNo, VfsError> {

@@ -165,8 +165,12 @@ fn a_read_whose_shard_cannot_be_read_now_is_answered_from_bytes_waiting_to_be_pu
         &v.read(waiting, 0, 4096).unwrap()[..],
         &Memory::bytes(598, 0)[..]
     );
-    // Its shard gone (evicted, or never written): the waiting bytes, not a new download.
+    // Its shard gone (evicted, or never written): the waiting bytes, not a new download,
+    // answered at once (not queued behind reads of its shard that wait for one).
     src.cold.store(true, Relaxed);
+    assert_eq!(v.waits_for(waiting, true), None);
+    let other_ino = file(597, 0);
+    assert_eq!(v.waits_for(other_ino, true), Some(59));
     assert_eq!(&v.read(waiting, 0, 4096).unwrap()[..], b"held 598");
     assert_eq!(&v.read(waiting, 5, 2).unwrap()[..], b"59");
     // Another file of the same shard has no waiting bytes: read from the source.
