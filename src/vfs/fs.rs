@@ -11,10 +11,12 @@ use super::error::{FailedOp, VfsError};
 use super::inode::{ColumnNo, Epoch, Fixed, Ino, LocalRank, Node, Position, SampleId, MAX_EPOCHS};
 use super::landed::LandedPush;
 use super::names::{file_name, parse_epoch_dir, parse_file_name, parse_rank_dir, width_for};
-use super::push::{self, PushBatch, PushPages, PushedBytes, SiblingPush};
+use super::push::{PushBatch, PushPages, PushedBytes, SiblingPush};
 use super::recent::{KnownSizes, Named, RecentNames, SizeState};
-use super::source::{ColumnRead, LandedShard, Location, SampleSource, SourceError};
+use super::source::{ColumnRead, Location, SampleSource, SourceError};
 use super::status::ErrorLog;
+
+mod page_cache;
 use crate::plan::{OrderCache, RankOrder};
 use crate::readahead::Readahead;
 use crate::status::{MountStatus, ReadaheadStatus};
@@ -151,118 +153,6 @@ impl Vfs {
         }
     }
 
-    /// Sets how to hand a file's bytes to the kernel's page cache (the FUSE layer's store
-    /// notification, from a thread of its own). Without it nothing is handed over. Only the
-    /// first call counts.
-    pub fn set_push_pages(&self, f: PushPages) {
-        let _ = self.push_pages.set(f);
-    }
-
-    /// After the read at offset 0 of column `column` of the sample at `at`: hands the
-    /// sample's other files that readers read (see [`SiblingPush`]) to the kernel's page
-    /// cache when their verified bytes are in memory.
-    fn push_siblings(&self, at: &Location, column: ColumnNo) {
-        let Some(push_pages) = self.push_pages.get() else {
-            return;
-        };
-        let wanted = self.push.on_first_read(at.sample, column.0);
-        if wanted.is_empty() {
-            return;
-        }
-        for (c, bytes) in self.source.sibling_files(at, wanted) {
-            let Some(ino) = self.pushable(at.sample, ColumnNo(c), &bytes) else {
-                continue;
-            };
-            if !push_pages(ino, bytes, self.push.counters().clone()) {
-                self.push.counters().dropped();
-            }
-        }
-    }
-
-    /// The inode to hand `bytes`, the verified whole file of column `col` of `sample`, to
-    /// the page cache as; `None` when it must not go. A file whose size the kernel was given
-    /// from unverified bytes goes only when its verified bytes have that size (which then
-    /// counts as checked); one whose given size proved wrong does not go (its read says so).
-    /// A file handed over with no size known yet has its size recorded from those bytes, so
-    /// the kernel's look-up of it, which comes next, is answered from the record.
-    fn pushable(&self, sample: u64, col: ColumnNo, bytes: &Bytes) -> Option<Ino> {
-        if bytes.is_empty() || bytes.len() > push::MAX_FILE_BYTES {
-            return None;
-        }
-        if !self
-            .sizes
-            .record_if_consistent(sample, col, bytes.len() as u64)
-        {
-            return None;
-        }
-        Node::SampleFile(SampleId(sample), col).ino()
-    }
-
-    /// Sets how to hand many files to the kernel's page cache at once (the FUSE layer's
-    /// store notifications, from a thread of its own), and from then on hands over the files
-    /// readers are about to read of every shard that lands from the store (see
-    /// `vfs::landed`); `held` gives the bytes of such a file still waiting, for its reads
-    /// (see [`PushedBytes`]). Only the first call counts.
-    pub fn set_push_batches(self: &Arc<Self>, f: PushBatch, held: PushedBytes) {
-        if self.push_batch.set(f).is_err() {
-            return;
-        }
-        let _ = self.pushed_bytes.set(held);
-        let vfs = Arc::downgrade(self);
-        self.source
-            .watch_landings(Arc::new(move |landed: &LandedShard| {
-                if let Some(v) = vfs.upgrade() {
-                    v.push_landed(landed);
-                }
-            }));
-    }
-
-    /// Hands the files of `landed` that readers of listed folders are about to read to the
-    /// kernel's page cache. On a readahead fetch thread it waits a while for room in the
-    /// queue (the next download waits with it, so pushing keeps up with downloading); on a
-    /// reader's thread it never waits (the kernel may hold the pages of the file that reader
-    /// asked for until it is answered): a full queue drops them, and they are read through
-    /// FUSE as usual.
-    fn push_landed(&self, landed: &LandedShard) {
-        let Some(push_batch) = self.push_batch.get() else {
-            return;
-        };
-        let columns = self.landed.columns();
-        if columns.is_empty() {
-            return;
-        }
-        let samples = self.landed.samples_of(
-            landed.global_shard,
-            &|r| self.readahead.cursor(r.0 as usize),
-            &|r, e| self.order(r, e).ok(),
-            &|s| self.source.locate(s).map(|at| at.global_shard),
-        );
-        let mut files = Vec::new();
-        let mut seen = std::collections::HashSet::new();
-        for t in samples {
-            // A sample listed in two folders of its rank is one inode: handed over once.
-            if !seen.insert(t.sample) {
-                continue;
-            }
-            let Some(at) = self.source.locate(t.sample) else {
-                continue;
-            };
-            for (c, bytes) in self.source.landed_files(landed, &at, columns) {
-                if let Some(ino) = self.pushable(at.sample, ColumnNo(c), &bytes) {
-                    files.push((ino, bytes));
-                }
-            }
-        }
-        if files.is_empty() {
-            return;
-        }
-        let n = files.len() as u64;
-        let wait = crate::readahead::on_fetch_thread();
-        if !push_batch(files, self.landed.counters().clone(), wait) {
-            self.landed.counters().dropped_many(n);
-        }
-    }
-
     /// Sets how to tell the kernel to forget an inode's cached size and pages (the FUSE
     /// layer's inode invalidation). It must not block the calling request, and must run the
     /// callback once the kernel has been told (or could not be). Only the first call counts.
@@ -369,22 +259,13 @@ impl Vfs {
             Some(Node::SampleFile(s, c)) if for_read || self.sizes.get(s.0, c).is_none() => {
                 // A sample with no shard is an error answered at once.
                 let at = self.source.locate(s.0)?;
-                if self.source.can_read_now(&at) || (for_read && self.is_held(ino)) {
+                if self.source.can_read_now(&at) || (for_read && self.held(ino).is_some()) {
                     return None;
                 }
                 Some(at.global_shard)
             }
             _ => None,
         }
-    }
-
-    /// Whether file `ino`'s bytes wait in the pusher's queue: its read is answered from them
-    /// at once (never queued behind a read of its shard that waits for a download, which
-    /// could wait for the download memory those queued bytes hold).
-    fn is_held(&self, ino: Ino) -> bool {
-        self.pushed_bytes
-            .get()
-            .is_some_and(|held| held(ino).is_some())
     }
 
     fn column_named(&self, sample: u64, suffix: &str) -> Result<ColumnNo, VfsError> {
@@ -734,19 +615,10 @@ impl Vfs {
                     since: Instant::now(),
                 };
                 let now = self.source.can_read_now(&at);
-                if !now {
-                    // Its verified bytes may wait to be handed to the page cache, the pusher
-                    // waiting for this very read's page lock.
-                    if let Some(bytes) = self.pushed_bytes.get().and_then(|held| held(ino)) {
-                        let data = slice(&bytes);
-                        if let Some(r) = rank {
-                            self.readahead.count_bytes(r.0 as usize, data.len() as u64);
-                        }
-                        self.read_latency.observe(started.elapsed());
-                        return Ok(data);
-                    }
-                }
-                if rank.is_some() && !now {
+                // Its verified bytes may wait to be handed to the page cache, the pusher
+                // waiting for this very read's page lock.
+                let held = if now { None } else { self.held(ino) };
+                if rank.is_some() && !now && held.is_none() {
                     self.readahead.hold_for_first_fetch(at.global_shard);
                 }
                 let r = ColumnRead {
@@ -755,16 +627,17 @@ impl Vfs {
                     offset,
                     size,
                 };
-                let data = match state {
-                    None | Some(SizeState::Verified(_)) => {
+                let data = match (held, state) {
+                    (Some(bytes), _) => slice(&bytes),
+                    (None, None | Some(SizeState::Verified(_))) => {
                         self.read_sample(wait, |src| src.read(r))?
                     }
-                    Some(SizeState::Unverified(given)) => {
+                    (None, Some(SizeState::Unverified(given))) => {
                         self.read_checking_size(ino, r, wait, given)?
                     }
                     // The kernel still holds a wrong size (it retries a failed read at once):
                     // no bytes until it has forgotten it.
-                    Some(SizeState::Forgetting(actual)) => {
+                    (None, Some(SizeState::Forgetting(actual))) => {
                         return Err(VfsError::SizeChanged {
                             sample: s.0,
                             column: c.0,
