@@ -43,6 +43,8 @@ pub struct MountStatus {
     /// their readers asked for them.
     #[serde(default)]
     pub landed_pushes: PagePushStatus,
+    /// Sample files that listings (READDIRPLUS) gave out, with their size or without it.
+    pub listed_files: ListedFilesStatus,
     /// What the daemon's memory is made of.
     pub memory: ProcessMemory,
 }
@@ -60,6 +62,17 @@ pub struct PagePushStatus {
     pub dropped: u64,
     /// Files the kernel did not take (it no longer held the inode).
     pub refused: u64,
+}
+
+/// Sample files that listings (READDIRPLUS) gave out. One listed with its size is opened
+/// without a request; one listed without it is looked up (one round trip) when opened.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct ListedFilesStatus {
+    /// Entries given with their size (known earlier, or from their shard's header).
+    pub with_size: u64,
+    /// Entries given without it (a placeholder the kernel looks up on open).
+    pub without_size: u64,
 }
 
 /// Shard failures that reached readers: how many, the latest ones, and the answers they gave.

@@ -105,6 +105,8 @@ const FAMILIES: &[(MetricType, &str, Of, &str)] = &[
     (Counter, "shardfs_landed_pushed_bytes", Of::One(|s| s.landed_pushes.bytes as f64), "Bytes of the files of landed shards handed to the kernel's page cache."),
     (Counter, "shardfs_landed_push_drops", Of::One(|s| s.landed_pushes.dropped as f64), "Files of landed shards not handed to the page cache because the queue to the kernel was full (read through FUSE instead)."),
     (Counter, "shardfs_landed_push_refusals", Of::One(|s| s.landed_pushes.refused as f64), "Files of landed shards the kernel did not take into its page cache (it no longer held the inode)."),
+    (Counter, "shardfs_listed_files_with_size", Of::One(|s| s.listed_files.with_size as f64), "Sample files listings gave out with their size (opened without a request)."),
+    (Counter, "shardfs_listed_files_without_size", Of::One(|s| s.listed_files.without_size as f64), "Sample files listings gave out without their size (looked up, one round trip, when opened)."),
     (Gauge, "shardfs_fetches_in_flight", Of::One(|s| s.readahead.fetches_in_flight as f64), "Readahead fetches running now."),
     (Gauge, "shardfs_fetches_pending", Of::One(|s| s.readahead.fetches_pending as f64), "Readahead fetches planned and waiting for a slot."),
     (Gauge, "shardfs_rank_epoch", Of::Rank(|r| Some(r.epoch as f64)), "The epoch each rank is reading."),

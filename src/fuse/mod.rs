@@ -12,7 +12,9 @@
 //! READDIR after the first page): a later epoch that the page cache holds is then opened without
 //! one LOOKUP round trip per file (measured: 40,000 files of a cached epoch read in 0.9 s instead
 //! of 2.1 s). Attributes go out for files whose size was computed earlier in this mount (the vfs
-//! remembers the last 2^19 to 2^20 sizes; a listing never reads shards); other entries get a
+//! remembers the last 2^19 to 2^20 sizes; a listing never reads shards) or follows from a shard
+//! header in memory (a rank folder's listing fetches those first, see `Vfs::readdir_plus`);
+//! other entries get a
 //! placeholder and a zero TTL, so the kernel looks them up when they are opened. The placeholder
 //! differs from the real attributes in its size only: with `FUSE_AUTO_INVAL_DATA` a look-up
 //! whose mtime differs from the one the kernel holds drops the inode's cached pages, and on a

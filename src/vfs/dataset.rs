@@ -7,7 +7,9 @@
 //! column sizes give the column's bytes, which `mds::render` turns into the file's bytes. The
 //! readahead does not come through here: it reaches the caches directly.
 
+use std::collections::BTreeSet;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 
@@ -34,6 +36,14 @@ pub trait ShardStore: Send + Sync {
     fn sample_len_for_size(&self, _shard: usize, _i: u32) -> Result<Option<u64>, CacheError> {
         Ok(None)
     }
+    /// The stored length of sample `i` when the shard's header is in memory now, and whether
+    /// it comes from verified bytes (never reads the disk or the store).
+    fn sample_len_now(&self, _shard: usize, _i: u32) -> Option<(u64, bool)> {
+        None
+    }
+    /// Brings the headers of `shards` into memory where that needs no whole download,
+    /// waiting up to `wait` (for a listing that will give its files' sizes).
+    fn ready_headers(&self, _shards: &[usize], _wait: Duration) {}
     /// The verified bytes of sample `i` when they are in memory now (no disk, no store).
     fn sample_in_memory(&self, _shard: usize, _i: u32) -> Option<Bytes> {
         None
@@ -70,6 +80,12 @@ impl ShardStore for CachedShards {
     }
     fn sample_len_for_size(&self, shard: usize, i: u32) -> Result<Option<u64>, CacheError> {
         self.0.sample_len(shard, i).map(Some)
+    }
+    fn sample_len_now(&self, shard: usize, i: u32) -> Option<(u64, bool)> {
+        self.0.sample_len_now(shard, i)
+    }
+    fn ready_headers(&self, shards: &[usize], wait: Duration) {
+        self.0.ready_headers(shards, wait)
     }
     fn is_resident(&self, shard: usize) -> bool {
         self.0.is_resident(shard)
@@ -285,6 +301,43 @@ impl SampleSource for MdsDataset {
         let at = self.map.locate(sample)?;
         let stream = self.streams.get(at.stream)?;
         stream.columns.get(at.shard).map(|c| &c.0[..])
+    }
+
+    fn size_now(&self, at: &Location, column: u32) -> Option<(u64, bool)> {
+        let (stream, entry) = self.entry(at)?;
+        let cols = &entry.columns;
+        let enc = &cols.get(column as usize)?.encoding;
+        if !mds::is_sole_variable_column(cols, column as usize) || !mds::renders_as_stored(enc) {
+            return None;
+        }
+        let (len, verified) = stream.shards.sample_len_now(at.shard, at.index)?;
+        Some((
+            mds::column_len_from_sample_len(cols, len, column as usize)?,
+            verified,
+        ))
+    }
+
+    fn ready_sizes(&self, samples: &[Location], wait: Duration) {
+        let deadline = Instant::now() + wait;
+        let mut shards: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); self.streams.len()];
+        for at in samples {
+            let sized_by_header = self.entry(at).is_some_and(|(_, e)| {
+                (0..e.columns.len()).any(|c| {
+                    mds::is_sole_variable_column(&e.columns, c)
+                        && mds::renders_as_stored(&e.columns[c].encoding)
+                })
+            });
+            if let Some(set) = shards.get_mut(at.stream).filter(|_| sized_by_header) {
+                set.insert(at.shard);
+            }
+        }
+        for (stream, set) in self.streams.iter().zip(shards) {
+            if !set.is_empty() {
+                let list: Vec<usize> = set.into_iter().collect();
+                let left = deadline.saturating_duration_since(Instant::now());
+                stream.shards.ready_headers(&list, left);
+            }
+        }
     }
 
     fn file_size(&self, at: &Location, column: u32) -> Result<u64, SourceError> {

@@ -1,5 +1,6 @@
 //! The filesystem core: lookups, attributes, paged listings and reads over computed names.
 
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -19,7 +20,7 @@ use super::status::ErrorLog;
 mod page_cache;
 use crate::plan::{OrderCache, RankOrder};
 use crate::readahead::Readahead;
-use crate::status::{MountStatus, ReadaheadStatus};
+use crate::status::{ListedFilesStatus, MountStatus, ReadaheadStatus};
 
 /// Kind of a node.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -105,6 +106,9 @@ pub struct Vfs {
     pushed_bytes: std::sync::OnceLock<PushedBytes>,
     /// Which files of a landed shard to hand over.
     landed: LandedPush,
+    /// Sample files listings gave out with their size, and without it.
+    listed_with_size: AtomicU64,
+    listed_without_size: AtomicU64,
 }
 
 /// Tells the kernel to forget inode `Ino`'s size and pages, then calls the callback.
@@ -120,6 +124,15 @@ fn position_of_offset(next_offset: u64) -> u64 {
 
 /// `status.json` sizes are multiples of this.
 const STATUS_PAD: usize = 4096;
+
+/// Positions of a rank folder whose shards' headers a listing makes ready, to give the
+/// entries their sizes ([`Vfs::readdir_plus`]).
+const LISTED_SIZE_POSITIONS: usize = 1 << 16;
+/// Most shards whose headers one listing fetches.
+const LISTED_SIZE_SHARDS: usize = 1024;
+/// How long a listing waits for those headers (its first page, and so the loader's first
+/// open, waits with it; later pages take the headers in memory by then).
+const LISTED_SIZE_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl Vfs {
     /// Builds the tree over `source`, naming files by the rank orders of `orders` and
@@ -150,6 +163,8 @@ impl Vfs {
             push_batch: std::sync::OnceLock::new(),
             pushed_bytes: std::sync::OnceLock::new(),
             landed: LandedPush::default(),
+            listed_with_size: AtomicU64::new(0),
+            listed_without_size: AtomicU64::new(0),
         }
     }
 
@@ -367,16 +382,21 @@ impl Vfs {
 
     /// Attributes of `ino` when they are known without reading a shard (for READDIRPLUS,
     /// which must neither fetch nor read a whole folder's shards): a sample file's size once
-    /// it has been computed in this mount.
+    /// it has been computed in this mount, or when its shard's header in memory gives it.
     pub fn attr_now(&self, ino: Ino) -> Option<Attr> {
         match Node::from_ino(ino)? {
-            Node::SampleFile(s, c) => self.sizes.get(s.0, c).map(|size| self.file_attr(ino, size)),
+            Node::SampleFile(s, c) => self
+                .sizes
+                .get(s.0, c)
+                .or_else(|| self.size_now(s.0, c))
+                .map(|size| self.file_attr(ino, size)),
             _ => self.getattr(ino).ok(),
         }
     }
 
     /// [`Vfs::readdir`] with each entry's attributes where they are known without reading a
-    /// shard ([`Vfs::attr_now`]; READDIRPLUS). The kernel opens such an entry without a lookup, so a
+    /// shard ([`Vfs::attr_now`]; READDIRPLUS); a rank folder's listing from its start first
+    /// makes its first shards' headers ready (`ready_listed_sizes`). The kernel opens such an entry without a lookup, so a
     /// rank folder's entry with attributes is recorded as where its sample is opened.
     pub fn readdir_plus(
         &self,
@@ -392,17 +412,69 @@ impl Vfs {
             // The kernel will hold an inode for each name: the files of shards that land
             // can be handed to it.
             self.landed.on_listed(r, e);
+            self.ready_listed_sizes(r, e);
         }
         self.readdir(ino, offset, |entry| {
             let attr = self.attr_now(entry.ino);
-            if let (Some((r, e)), Some(_), Some(Node::SampleFile(s, _))) =
-                (folder, attr, Node::from_ino(entry.ino))
-            {
+            let sample_file = match Node::from_ino(entry.ino) {
+                Some(Node::SampleFile(s, _)) => Some(s),
+                _ => None,
+            };
+            if let (Some((r, e)), Some(_), Some(s)) = (folder, attr, sample_file) {
                 let pos = Position(position_of_offset(entry.next_offset));
                 self.recent.record(s.0, (r, e, pos), Named::Listed);
             }
-            add(entry, attr)
+            let sized = attr.is_some();
+            let full = add(entry, attr);
+            if sample_file.is_some() && !full {
+                let counter = match sized {
+                    true => &self.listed_with_size,
+                    false => &self.listed_without_size,
+                };
+                counter.fetch_add(1, Relaxed);
+            }
+            full
         })
+    }
+
+    /// A file's size known now without reading anything (from its shard's header in
+    /// memory), recorded as a size computed here (unverified when the header is; the first
+    /// read checks it).
+    fn size_now(&self, sample: u64, col: ColumnNo) -> Option<u64> {
+        let at = self.source.locate(sample)?;
+        let (size, verified) = self.source.size_now(&at, col.0)?;
+        if verified {
+            self.sizes.record(sample, col, size);
+        } else {
+            self.sizes.record_unverified(sample, col, size);
+        }
+        Some(size)
+    }
+
+    /// Before a listing of `rank`'s `epoch` folder gives its entries: the headers of the
+    /// shards its first [`LISTED_SIZE_POSITIONS`] positions use (at most
+    /// [`LISTED_SIZE_SHARDS`]), fetched side by side and waited for up to
+    /// [`LISTED_SIZE_WAIT`], so that entries get their sizes and the loader opens them
+    /// without a lookup each. Those whose header is not in memory yet when listed get a
+    /// placeholder and are looked up on open, as before.
+    fn ready_listed_sizes(&self, rank: LocalRank, epoch: Epoch) {
+        let Ok(order) = self.order(rank, epoch) else {
+            return;
+        };
+        let mut seen = std::collections::HashSet::new();
+        let mut samples = Vec::new();
+        for sample in order.iter_from(0).take(LISTED_SIZE_POSITIONS) {
+            let Some(at) = self.source.locate(sample) else {
+                continue;
+            };
+            if seen.insert((at.stream, at.shard)) {
+                samples.push(at);
+                if samples.len() >= LISTED_SIZE_SHARDS {
+                    break;
+                }
+            }
+        }
+        self.source.ready_sizes(&samples, LISTED_SIZE_WAIT);
     }
 
     fn source_failed(&self, e: SourceError, op: FailedOp) -> VfsError {
@@ -765,6 +837,10 @@ impl Vfs {
             read_latency: self.read_latency.snapshot(),
             page_cache_pushes: self.push.counters().snapshot(),
             landed_pushes: self.landed.counters().snapshot(),
+            listed_files: ListedFilesStatus {
+                with_size: self.listed_with_size.load(Relaxed),
+                without_size: self.listed_without_size.load(Relaxed),
+            },
             memory: crate::cache::process_memory::snapshot(),
         }
     }

@@ -160,6 +160,14 @@ pub trait SampleSource: Send + Sync {
     fn locate(&self, sample: u64) -> Option<Location>;
     /// The column files every sample of `sample`'s stream has, in file-name order.
     fn columns(&self, sample: u64) -> Option<&[ColumnFile]>;
+    /// Size of the column file when it is known without reading anything now (from a shard
+    /// header in memory), and whether it comes from verified bytes; `None` otherwise.
+    fn size_now(&self, _at: &Location, _column: u32) -> Option<(u64, bool)> {
+        None
+    }
+    /// A listing of these samples' files begins: make ready, waiting up to `wait`, what
+    /// [`SampleSource::size_now`] needs to size them (their shards' headers).
+    fn ready_sizes(&self, _samples: &[Location], _wait: std::time::Duration) {}
     /// Exact size of the column file (may fetch the shard or its header).
     fn file_size(&self, at: &Location, column: u32) -> Result<u64, SourceError>;
     /// The bytes `r` asks for (a view of the cached sample's bytes where the file is stored

@@ -37,6 +37,14 @@ struct Memory {
     prepared: std::sync::Mutex<Vec<u64>>,
     /// Told of shards that land ([`Memory::land`]).
     landings: std::sync::Mutex<Option<source::OnLanded>>,
+    /// Shards whose header is "in memory": their samples' first column is sized without a
+    /// read ([`SampleSource::size_now`]).
+    headers: std::sync::Mutex<std::collections::BTreeSet<usize>>,
+    /// The shards each [`SampleSource::ready_sizes`] call named, in call order.
+    readied: std::sync::Mutex<Vec<Vec<usize>>>,
+    /// Whether [`SampleSource::ready_sizes`] brings headers in (a dataset whose first column
+    /// is its only variable-size one); off, nothing is sized from headers.
+    sized_by_headers: std::sync::atomic::AtomicBool,
 }
 
 impl Memory {
@@ -124,6 +132,25 @@ impl SampleSource for Memory {
     }
     fn columns(&self, sample: u64) -> Option<&[ColumnFile]> {
         (sample < self.n).then(|| &self.cols[..1 + (sample % 3) as usize])
+    }
+    fn size_now(&self, at: &Location, column: u32) -> Option<(u64, bool)> {
+        if column != 0 || !self.headers.lock().unwrap().contains(&at.shard) {
+            return None;
+        }
+        let resident = self.resident.load(Relaxed);
+        let lie = if at.sample == self.size_lie.load(Relaxed) && !resident {
+            3
+        } else {
+            0
+        };
+        Some((Self::bytes(at.sample, 0).len() as u64 + lie, resident))
+    }
+    fn ready_sizes(&self, samples: &[Location], _wait: std::time::Duration) {
+        let shards: Vec<usize> = samples.iter().map(|at| at.shard).collect();
+        if self.sized_by_headers.load(Relaxed) {
+            self.headers.lock().unwrap().extend(shards.iter().copied());
+        }
+        self.readied.lock().unwrap().push(shards);
     }
     fn file_size(&self, at: &Location, column: u32) -> Result<u64, SourceError> {
         let sample = at.sample;
@@ -238,6 +265,9 @@ fn memory(n: u64, broken_shard: Option<u32>) -> Arc<Memory> {
         fetches_begun: AtomicU64::new(0),
         prepared: std::sync::Mutex::new(Vec::new()),
         landings: std::sync::Mutex::new(None),
+        headers: Default::default(),
+        readied: Default::default(),
+        sized_by_headers: Default::default(),
     })
 }
 
@@ -816,5 +846,6 @@ fn a_read_held_for_a_cold_start_s_first_fetch_counts_the_hold_as_a_stall() {
 }
 
 mod landed;
+mod listed_sizes;
 mod page_push;
 mod prepare;

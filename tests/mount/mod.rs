@@ -5,6 +5,7 @@ mod disk_full;
 mod errnos;
 mod issue38;
 mod landed_push;
+mod listed_sizes;
 mod metrics;
 mod orders;
 mod page_push;
@@ -377,16 +378,11 @@ for name in names:
 print(json.dumps(out))
 "#;
     let python = crate::common::python_with_numpy();
-    let out = Command::new(python)
-        .arg("-c")
-        .arg(script)
-        .arg(m.mnt.join("rank-0/epoch-0"))
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = succeeded(
+        Command::new(python)
+            .arg("-c")
+            .arg(script)
+            .arg(m.mnt.join("rank-0/epoch-0")),
     );
     let got: BTreeMap<String, String> = serde_json::from_slice(&out.stdout).unwrap();
     use sha2::Digest;
@@ -615,6 +611,18 @@ fn sixteen_concurrent_readers_over_several_epochs() {
         rss_after < rss_before + 64 * 1024,
         "RSS grew from {rss_before} to {rss_after} KiB"
     );
+}
+
+/// Runs `cmd` to its end and returns its output, failing the test (with its stderr) if it
+/// failed.
+pub fn succeeded(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
+    assert!(
+        out.status.success(),
+        "{cmd:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
 }
 
 fn shards_fetched(s: &serde_json::Value) -> u64 {

@@ -3,7 +3,7 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use super::{bin, Mount};
+use super::{bin, succeeded, Mount};
 use crate::common::fixtures;
 
 #[test]
@@ -21,16 +21,7 @@ fn status_once_and_json_describe_a_mount_being_read() {
             std::fs::read(m.mnt.join("rank-0/epoch-0").join(n)).unwrap();
         }
     }
-    let out = Command::new(bin())
-        .args(["status", "--once"])
-        .arg(&m.mnt)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = succeeded(Command::new(bin()).args(["status", "--once"]).arg(&m.mnt));
     let text = String::from_utf8_lossy(&out.stdout);
     let epoch_len = positions.len();
     assert!(text.contains("rank 0 epoch 0"), "{text}");

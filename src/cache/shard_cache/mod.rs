@@ -7,6 +7,7 @@
 //! - `fill.rs`: one download per shard (`flight.rs`: its waiters) into the disk tier;
 //! - `room.rs`: the disk budget and eviction;
 //! - `trust.rs`: which cached files are trusted as they are, and re-hashing the others;
+//! - `headers.rs`: headers made ready for a listing, which then gives files their sizes;
 //! - `admission.rs`: what the memory tier may take while downloads borrow its share;
 //! - `advise.rs`: the readahead's advice (page-cache hints, or samples read ahead);
 //! - `stats.rs`: the counters' snapshot.
@@ -16,6 +17,7 @@ mod advise;
 mod fill;
 mod flight;
 mod handle;
+mod headers;
 mod open;
 mod read;
 mod room;
@@ -98,6 +100,8 @@ pub struct ShardCache {
     /// Told of every shard that lands from the store, with its verified bytes
     /// ([`ShardCache::on_landed`]).
     landed: std::sync::OnceLock<OnLanded>,
+    /// Headers being fetched for listings ([`ShardCache::ready_headers`]).
+    header_fetches: headers::HeaderFetches,
     /// Frees the budget's idle buffers while the cache is open.
     _idle_freeing: IdleFreeing,
     _lock: File,

@@ -103,6 +103,7 @@ impl ShardCache {
             }),
             room: Condvar::new(),
             landed: std::sync::OnceLock::new(),
+            header_fetches: Default::default(),
             _idle_freeing: free_idle_in_background(&downloads),
             downloads,
             largest_download,
