@@ -441,10 +441,9 @@ fn open_vfs(config: &MountConfig) -> Result<(Arc<Vfs>, u64)> {
             first_epoch_listed: first_epoch,
         },
     );
-    Ok((
-        Arc::new(vfs),
-        world.nodes.saturating_mul(world.ranks_per_node),
-    ))
+    let vfs = Arc::new(vfs);
+    vfs.ready_first_listings();
+    Ok((vfs, world.nodes.saturating_mul(world.ranks_per_node)))
 }
 
 /// Warns when a stream's share of the cache cannot hold two shards per local rank: readers

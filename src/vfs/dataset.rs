@@ -7,7 +7,6 @@
 //! column sizes give the column's bytes, which `mds::render` turns into the file's bytes. The
 //! readahead does not come through here: it reaches the caches directly.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -21,6 +20,11 @@ use crate::cache::{CacheError, ShardCache};
 use crate::mds;
 use crate::plan::SampleMap;
 use crate::status::StreamCacheStatus;
+
+/// Most header bytes one listing has fetched to size its files (each header is read twice):
+/// a dataset of many small samples has large headers, of which a listing's first positions
+/// may touch many.
+const LISTED_HEADER_BYTES: u64 = 8 << 20;
 
 /// Samples of one stream's shards: what the vfs needs from the cache.
 pub trait ShardStore: Send + Sync {
@@ -319,21 +323,32 @@ impl SampleSource for MdsDataset {
 
     fn ready_sizes(&self, samples: &[Location], wait: Duration) {
         let deadline = Instant::now() + wait;
-        let mut shards: Vec<BTreeSet<usize>> = vec![BTreeSet::new(); self.streams.len()];
+        // Per stream, in the order the samples come (the listing's first entries' first).
+        let mut shards: Vec<Vec<usize>> = vec![Vec::new(); self.streams.len()];
+        let mut header_bytes = 0u64;
         for at in samples {
-            let sized_by_header = self.entry(at).is_some_and(|(_, e)| {
-                (0..e.columns.len()).any(|c| {
-                    mds::is_sole_variable_column(&e.columns, c)
-                        && mds::renders_as_stored(&e.columns[c].encoding)
-                })
+            let Some((_, entry)) = self.entry(at) else {
+                continue;
+            };
+            let cols = &entry.columns;
+            let sized_by_header = (0..cols.len()).any(|c| {
+                mds::is_sole_variable_column(cols, c) && mds::renders_as_stored(&cols[c].encoding)
             });
-            if let Some(set) = shards.get_mut(at.stream).filter(|_| sized_by_header) {
-                set.insert(at.shard);
+            if !sized_by_header {
+                continue;
+            }
+            header_bytes = header_bytes.saturating_add(mds::header_len(entry.samples));
+            if header_bytes > LISTED_HEADER_BYTES {
+                break;
+            }
+            if let Some(list) = shards.get_mut(at.stream) {
+                if !list.contains(&at.shard) {
+                    list.push(at.shard);
+                }
             }
         }
-        for (stream, set) in self.streams.iter().zip(shards) {
-            if !set.is_empty() {
-                let list: Vec<usize> = set.into_iter().collect();
+        for (stream, list) in self.streams.iter().zip(shards) {
+            if !list.is_empty() {
                 let left = deadline.saturating_duration_since(Instant::now());
                 stream.shards.ready_headers(&list, left);
             }

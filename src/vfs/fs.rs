@@ -412,7 +412,7 @@ impl Vfs {
             // The kernel will hold an inode for each name: the files of shards that land
             // can be handed to it.
             self.landed.on_listed(r, e);
-            self.ready_listed_sizes(r, e);
+            self.ready_listed_sizes(r, e, LISTED_SIZE_WAIT);
         }
         self.readdir(ino, offset, |entry| {
             let attr = self.attr_now(entry.ino);
@@ -453,11 +453,11 @@ impl Vfs {
 
     /// Before a listing of `rank`'s `epoch` folder gives its entries: the headers of the
     /// shards its first [`LISTED_SIZE_POSITIONS`] positions use (at most
-    /// [`LISTED_SIZE_SHARDS`]), fetched side by side and waited for up to
-    /// [`LISTED_SIZE_WAIT`], so that entries get their sizes and the loader opens them
-    /// without a lookup each. Those whose header is not in memory yet when listed get a
-    /// placeholder and are looked up on open, as before.
-    fn ready_listed_sizes(&self, rank: LocalRank, epoch: Epoch) {
+    /// [`LISTED_SIZE_SHARDS`]), fetched side by side and waited for up to `wait`, so that
+    /// entries get their sizes and the loader opens them without a lookup each. Those whose
+    /// header is not in memory yet when listed get a placeholder and are looked up on open,
+    /// as before.
+    fn ready_listed_sizes(&self, rank: LocalRank, epoch: Epoch, wait: std::time::Duration) {
         let Ok(order) = self.order(rank, epoch) else {
             return;
         };
@@ -474,7 +474,25 @@ impl Vfs {
                 }
             }
         }
-        self.source.ready_sizes(&samples, LISTED_SIZE_WAIT);
+        self.source.ready_sizes(&samples, wait);
+    }
+
+    /// Starts fetching, on a thread of its own, what the first listing of each served rank's
+    /// first epoch folder will want to size its files (see `ready_listed_sizes`), so that a
+    /// loader that lists its folder soon after the mount finds the headers there.
+    pub fn ready_first_listings(self: &Arc<Self>) {
+        let vfs = Arc::clone(self);
+        let spawned = std::thread::Builder::new()
+            .name("shardfs-list-prep".into())
+            .spawn(move || {
+                let epoch = Epoch(vfs.config.first_epoch_listed.min(MAX_EPOCHS));
+                for r in 0..vfs.config.global_ranks.len() {
+                    vfs.ready_listed_sizes(LocalRank(r as u32), epoch, std::time::Duration::ZERO);
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::debug!(error = %e, "cannot start a thread to fetch the first listings' headers");
+        }
     }
 
     fn source_failed(&self, e: SourceError, op: FailedOp) -> VfsError {

@@ -9,7 +9,7 @@
 //! for a cached one), and waits a bounded time for them; each entry then takes its size from
 //! a header in memory ([`ShardCache::sample_len_now`]) or goes without.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
@@ -49,8 +49,8 @@ impl ShardCache {
         Some((r.end.saturating_sub(r.start), verified))
     }
 
-    /// Brings the headers of `shards` into memory: those not there yet are fetched on up to
-    /// `FETCHERS` (8) threads of their own, as a reader's requests (see
+    /// Brings the headers of `shards` into memory, the first first: those not there yet are
+    /// fetched on up to `FETCHERS` (8) threads of their own, as a reader's requests (see
     /// [`crate::store::demand_scope`]). Waits until none of them is being fetched any more
     /// or `wait` has passed; fetches still under way go on. A shard whose header only its
     /// whole download would give (compressed, not cached) is left out; a failed fetch is
@@ -103,7 +103,7 @@ impl ShardCache {
     /// Fetches the headers of `shards` (marked in flight by the caller) on threads of their
     /// own, each unmarked and announced as it ends.
     fn fetch_headers(self: &Arc<Self>, shards: Vec<usize>) {
-        let queue = Arc::new(Mutex::new(shards));
+        let queue = Arc::new(Mutex::new(VecDeque::from(shards)));
         let threads = queue
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -124,10 +124,10 @@ impl ShardCache {
         }
     }
 
-    fn fetch_queued_headers(self: &Arc<Self>, queue: &Mutex<Vec<usize>>) {
+    fn fetch_queued_headers(self: &Arc<Self>, queue: &Mutex<VecDeque<usize>>) {
         let _demand = crate::store::demand_scope(true);
         loop {
-            let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop();
+            let next = queue.lock().unwrap_or_else(|p| p.into_inner()).pop_front();
             let Some(shard) = next else {
                 return;
             };
