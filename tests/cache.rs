@@ -2349,3 +2349,58 @@ fn samples_of_direct_io_files_are_read_ahead_into_memory_when_their_file_is_trus
     );
     assert_eq!(cache.stats().verify_failures, 1);
 }
+
+#[test]
+fn headers_made_ready_for_a_listing_size_samples_without_downloading_a_shard() {
+    let moto = moto();
+    let tmp = tempfile::tempdir().unwrap();
+    for (name, ranged) in [("basic", true), ("compressed-zstd", false)] {
+        let ds = fixtures().join("mds").join(name);
+        moto.upload_dir("cache-headers", name, &ds);
+        let dataset = Arc::new(
+            Dataset::load(
+                &format!("s3://cache-headers/{name}"),
+                &s3_options(&moto.endpoint),
+            )
+            .unwrap(),
+        );
+        let cache = ShardCache::open(dataset, opts(&tmp.path().join(name))).unwrap();
+        let shards: Vec<mds::ShardEntry> = cache.dataset().index().shards().to_vec();
+        let all: Vec<usize> = (0..shards.len()).collect();
+        assert_eq!(
+            cache.sample_len_now(0, 0),
+            None,
+            "{name}: nothing in memory yet"
+        );
+        cache.ready_headers(&all, Duration::from_secs(30));
+        for (k, entry) in shards.iter().enumerate() {
+            // The stored (uncompressed) file's header; a compressed shard has none on disk.
+            let header = std::fs::read(ds.join(&entry.raw.basename))
+                .ok()
+                .map(|file| mds::ShardHeader::parse(&file).unwrap());
+            for i in 0..entry.samples {
+                let got = cache.sample_len_now(k, i);
+                if ranged {
+                    let r = header.as_ref().unwrap().sample_range(i).unwrap();
+                    assert_eq!(
+                        got,
+                        Some((r.end - r.start, false)),
+                        "{name} shard {k} sample {i}"
+                    );
+                } else {
+                    // A compressed shard's header needs the whole shard: left out.
+                    assert_eq!(got, None, "{name} shard {k}");
+                }
+            }
+        }
+        assert_eq!(cache.stats().shards_fetched, 0, "{name}");
+        if ranged {
+            // Once the shard is downloaded its verified header answers.
+            cache.sample(0, 0).unwrap();
+            assert!(
+                matches!(cache.sample_len_now(0, 0), Some((_, true))),
+                "{name}"
+            );
+        }
+    }
+}
