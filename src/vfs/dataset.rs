@@ -326,6 +326,7 @@ impl SampleSource for MdsDataset {
         // Per stream, in the order the samples come (the listing's first entries' first).
         let mut shards: Vec<Vec<usize>> = vec![Vec::new(); self.streams.len()];
         let mut header_bytes = 0u64;
+        let mut seen = std::collections::HashSet::new();
         for at in samples {
             let Some((_, entry)) = self.entry(at) else {
                 continue;
@@ -337,15 +338,17 @@ impl SampleSource for MdsDataset {
             if !sized_by_header {
                 continue;
             }
+            let Some(list) = shards.get_mut(at.stream) else {
+                continue;
+            };
+            if !seen.insert((at.stream, at.shard)) {
+                continue;
+            }
             header_bytes = header_bytes.saturating_add(mds::header_len(entry.samples));
             if header_bytes > LISTED_HEADER_BYTES {
                 break;
             }
-            if let Some(list) = shards.get_mut(at.stream) {
-                if !list.contains(&at.shard) {
-                    list.push(at.shard);
-                }
-            }
+            list.push(at.shard);
         }
         for (stream, list) in self.streams.iter().zip(shards) {
             if !list.is_empty() {
@@ -452,5 +455,85 @@ impl SampleSource for MdsDataset {
 
     fn status(&self) -> Vec<StreamCacheStatus> {
         self.streams.iter().map(|s| s.shards.status()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::status::StreamCacheStatus;
+    use std::sync::Mutex;
+
+    /// A shard store that records which headers a listing asked for.
+    #[derive(Default)]
+    struct Recording {
+        asked: Mutex<Vec<Vec<usize>>>,
+    }
+
+    impl ShardStore for Recording {
+        fn sample(&self, _shard: usize, _i: u32) -> Result<Bytes, CacheError> {
+            unreachable!("a listing reads no sample")
+        }
+        fn is_resident(&self, _shard: usize) -> bool {
+            false
+        }
+        fn ready_headers(&self, shards: &[usize], _wait: Duration) {
+            self.asked.lock().unwrap().push(shards.to_vec());
+        }
+        fn status(&self) -> StreamCacheStatus {
+            StreamCacheStatus::default()
+        }
+    }
+
+    /// An index of `shards` shards of `samples` samples each, with these columns.
+    fn index(shards: usize, samples: u32, columns: &[(&str, &str, Option<u32>)]) -> mds::Index {
+        let names: Vec<&str> = columns.iter().map(|c| c.0).collect();
+        let encodings: Vec<&str> = columns.iter().map(|c| c.1).collect();
+        let sizes: Vec<Option<u32>> = columns.iter().map(|c| c.2).collect();
+        let entries: Vec<serde_json::Value> = (0..shards)
+            .map(|k| {
+                serde_json::json!({
+                    "version": 2, "format": "mds", "compression": null, "hashes": [],
+                    "size_limit": 67108864, "samples": samples,
+                    "column_names": names, "column_encodings": encodings, "column_sizes": sizes,
+                    "raw_data": {"basename": format!("shard.{k:05}.mds"), "bytes": 1u64 << 31, "hashes": {}},
+                    "zip_data": null
+                })
+            })
+            .collect();
+        let json = serde_json::json!({"version": 2, "shards": entries});
+        mds::Index::parse(json.to_string().as_bytes()).unwrap()
+    }
+
+    fn listing_asks(idx: mds::Index) -> Vec<Vec<usize>> {
+        let store = Arc::new(Recording::default());
+        let ds = MdsDataset::new(vec![(Arc::new(idx), store.clone() as Arc<dyn ShardStore>)]);
+        // Every sample of the dataset, one shard after the other, then back to the first.
+        let mut samples: Vec<Location> =
+            (0..ds.num_samples()).filter_map(|s| ds.locate(s)).collect();
+        samples.extend(ds.locate(0));
+        ds.ready_sizes(&samples, Duration::ZERO);
+        let asked = store.asked.lock().unwrap().clone();
+        asked
+    }
+
+    #[test]
+    fn a_listing_asks_for_the_headers_that_size_files_in_the_order_needed_up_to_a_byte_bound() {
+        // An image and an integer label: the image's size follows from the header.
+        let image_label = [("image", "bytes", None), ("label", "int", Some(8))];
+        assert_eq!(
+            listing_asks(index(5, 10, &image_label)),
+            vec![vec![0, 1, 2, 3, 4]]
+        );
+        // Headers of 1,000,000 samples (4 MB each): two fit in the listing's 8 MiB.
+        assert_eq!(
+            listing_asks(index(5, 1_000_000, &image_label)),
+            vec![vec![0, 1]]
+        );
+        // Two variable-size columns, or one not served as stored: no header sizes a file.
+        let two = [("image", "bytes", None), ("caption", "str", None)];
+        assert!(listing_asks(index(3, 10, &two)).is_empty());
+        let text = [("text", "str", None), ("label", "int", Some(8))];
+        assert!(listing_asks(index(3, 10, &text)).is_empty());
     }
 }
