@@ -92,6 +92,7 @@ impl Vfs {
         if columns.is_empty() {
             return;
         }
+        let started = std::time::Instant::now();
         let samples = self.landed.samples_of(
             landed.global_shard,
             &|r| self.readahead.cursor(r.0 as usize),
@@ -119,9 +120,19 @@ impl Vfs {
         }
         let n = files.len() as u64;
         let wait = crate::readahead::on_fetch_thread();
-        if !push_batch(files, self.landed.counters().clone(), wait) {
+        let prepared = started.elapsed();
+        let queued = push_batch(files, self.landed.counters().clone(), wait);
+        if !queued {
             self.landed.counters().dropped_many(n);
         }
+        tracing::debug!(
+            shard = landed.global_shard,
+            files = n,
+            queued,
+            prepare_us = prepared.as_micros() as u64,
+            queue_us = started.elapsed().saturating_sub(prepared).as_micros() as u64,
+            "a landed shard's files went to the pusher"
+        );
     }
 
     /// The bytes of file `ino` when they wait in the pusher's queue: its read is answered
