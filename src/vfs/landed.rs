@@ -7,8 +7,8 @@
 //! an inode for every name in it (READDIRPLUS, see the FUSE layer), and a store notification
 //! (`FUSE_NOTIFY_STORE`) can fill those inodes' page caches straight from the verified bytes
 //! of the download while they are in memory: the readers' later reads of those files never
-//! cross FUSE or touch the disk. Their opens still do (a LOOKUP: the listing gave no size),
-//! which keeps the names and sizes checked as before.
+//! cross FUSE or touch the disk. Their opens still do when the listing gave them no size (a
+//! LOOKUP), which keeps the names and sizes checked as before.
 //!
 //! What is handed over, for each listed folder whose rank reads that epoch (or has not read
 //! yet): the files of the shard's samples at positions from a little behind the rank's cursor
