@@ -274,13 +274,8 @@ impl MdsDataset {
     /// is read. `None` otherwise, or when the header cannot be had (the caller reads the
     /// sample).
     fn size_from_header(&self, at: &Location, column: u32) -> Option<u64> {
-        let (stream, entry) = self.entry(at)?;
-        let cols = &entry.columns;
+        let (stream, cols) = self.header_sized(at, column)?;
         let column = column as usize;
-        let enc = &cols.get(column)?.encoding;
-        if !mds::is_sole_variable_column(cols, column) || !mds::renders_as_stored(enc) {
-            return None;
-        }
         let len = match stream.shards.sample_len_for_size(at.shard, at.index) {
             Ok(len) => len?,
             Err(e) => {
@@ -290,6 +285,22 @@ impl MdsDataset {
         };
         mds::column_len_from_sample_len(cols, len, column)
     }
+
+    /// The stream and columns of the sample at `at` when its column `column` is sized by its
+    /// shard's header ([`sized_by_header`]); `None` otherwise.
+    fn header_sized(&self, at: &Location, column: u32) -> Option<(&Stream, &[mds::Column])> {
+        let (stream, entry) = self.entry(at)?;
+        sized_by_header(&entry.columns, column as usize).then_some((stream, &entry.columns[..]))
+    }
+}
+
+/// Whether a file of column `column` has a size that follows from its sample's length, which
+/// the shard's header gives: the samples' only variable-size column, served as stored.
+fn sized_by_header(cols: &[mds::Column], column: usize) -> bool {
+    mds::is_sole_variable_column(cols, column)
+        && cols
+            .get(column)
+            .is_some_and(|c| mds::renders_as_stored(&c.encoding))
 }
 
 impl SampleSource for MdsDataset {
@@ -308,17 +319,10 @@ impl SampleSource for MdsDataset {
     }
 
     fn size_now(&self, at: &Location, column: u32) -> Option<(u64, bool)> {
-        let (stream, entry) = self.entry(at)?;
-        let cols = &entry.columns;
-        let enc = &cols.get(column as usize)?.encoding;
-        if !mds::is_sole_variable_column(cols, column as usize) || !mds::renders_as_stored(enc) {
-            return None;
-        }
+        let (stream, cols) = self.header_sized(at, column)?;
         let (len, verified) = stream.shards.sample_len_now(at.shard, at.index)?;
-        Some((
-            mds::column_len_from_sample_len(cols, len, column as usize)?,
-            verified,
-        ))
+        let size = mds::column_len_from_sample_len(cols, len, column as usize)?;
+        Some((size, verified))
     }
 
     fn ready_sizes(&self, samples: &[Location], wait: Duration) {
@@ -331,11 +335,7 @@ impl SampleSource for MdsDataset {
             let Some((_, entry)) = self.entry(at) else {
                 continue;
             };
-            let cols = &entry.columns;
-            let sized_by_header = (0..cols.len()).any(|c| {
-                mds::is_sole_variable_column(cols, c) && mds::renders_as_stored(&cols[c].encoding)
-            });
-            if !sized_by_header {
+            if !(0..entry.columns.len()).any(|c| sized_by_header(&entry.columns, c)) {
                 continue;
             }
             let Some(list) = shards.get_mut(at.stream) else {

@@ -14,7 +14,6 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use super::ShardCache;
-use crate::cache::CacheError;
 
 /// Threads fetching headers for one call at most (each waits on one header at a time).
 const FETCHERS: usize = 8;
@@ -34,13 +33,10 @@ impl HeaderFetches {
 }
 
 impl ShardCache {
-    /// The stored length of sample `i` of `shard` when its shard's header (or the sample) is
-    /// in memory now, and whether it comes from verified bytes; never reads the disk or the
-    /// store. `None` otherwise.
+    /// The stored length of sample `i` of `shard` when its shard's header is in memory now,
+    /// and whether it comes from verified bytes; never reads the disk or the store. `None`
+    /// otherwise.
     pub fn sample_len_now(&self, shard: usize, i: u32) -> Option<(u64, bool)> {
-        if let Some(b) = self.memory.sample(shard, i) {
-            return Some((b.len() as u64, true));
-        }
         let (header, verified) = match self.memory.header(shard) {
             Some(h) => (h, true),
             None => (self.memory.header_any(shard)?, false),
@@ -92,12 +88,10 @@ impl ShardCache {
     }
 
     /// Whether `shard`'s header can be had without downloading the whole shard: it is on
-    /// disk, being filled, or uncompressed (ranged GETs).
+    /// disk, or uncompressed (ranged GETs). (A shard whose fill has passed its check has its
+    /// verified header in memory already.)
     fn header_is_cheap(&self, shard: usize) -> bool {
-        if self.is_resident(shard) || self.flight_verified(shard).is_some() {
-            return true;
-        }
-        self.dataset.fetcher().is_ranged(shard).unwrap_or(false)
+        self.is_resident(shard) || self.dataset.fetcher().is_ranged(shard).unwrap_or(false)
     }
 
     /// Fetches the headers of `shards` (marked in flight by the caller) on threads of their
@@ -131,21 +125,16 @@ impl ShardCache {
             let Some(shard) = next else {
                 return;
             };
-            if let Err(e) = self.header_without_download(shard) {
-                tracing::debug!(shard, error = %e, "cannot fetch a shard header for a listing; its files are sized when opened");
+            // Checked again: the shard may have left the disk since it was queued (one that
+            // leaves between this check and the read is downloaded by it: rare, and its files
+            // are read soon anyway).
+            if self.header_is_cheap(shard) {
+                if let Err(e) = self.header(shard) {
+                    tracing::debug!(shard, error = %e, "cannot fetch a shard header for a listing; its files are sized when opened");
+                }
             }
             self.header_fetches.lock().remove(&shard);
             self.header_fetches.ended.notify_all();
         }
-    }
-
-    /// [`ShardCache::header`] when that needs no whole download (the shard on disk, or
-    /// uncompressed); nothing otherwise. (A shard evicted between the check and the read is
-    /// downloaded by it: rare, and then its files are read soon anyway.)
-    fn header_without_download(self: &Arc<Self>, shard: usize) -> Result<(), CacheError> {
-        if self.is_resident(shard) || self.dataset.fetcher().is_ranged(shard)? {
-            self.header(shard)?;
-        }
-        Ok(())
     }
 }
