@@ -411,8 +411,10 @@ pub fn instrumented(
     let faulty = Arc::new(FaultyStore::new(counting.clone()));
     let resilient = Arc::new(ResilientStore::new(faulty.clone(), store_opts));
     let bs = BlockingStore::new(resilient, 2).unwrap();
-    let dataset = Arc::new(Dataset::from_store(bs, source.canonical()).unwrap());
-    (faulty, counting, dataset)
+    let dataset = Dataset::from_store(bs, source.canonical())
+        .unwrap()
+        .with_part_size(store_opts.part_size);
+    (faulty, counting, Arc::new(dataset))
 }
 
 fn quick_store() -> StoreOptions {
@@ -1124,6 +1126,61 @@ fn a_stalled_download_does_not_hold_up_other_shards() {
         "the stalled download ended too early to prove anything"
     );
     assert!(stalled.join().unwrap().unwrap() > 0);
+}
+
+#[test]
+fn download_buffers_kept_past_the_budget_go_back_when_the_memory_tier_needs_room() {
+    let tmp = tempfile::tempdir().unwrap();
+    // Downloaded in ranged parts (only those come into download buffers).
+    let store = StoreOptions {
+        part_size: 16 << 10,
+        ..quick_store()
+    };
+    let (faulty, _counting, dataset) = instrumented(&fixtures().join("mds/basic"), &store);
+    // The shards are 26-27 KB, each downloaded into a buffer of 28 KiB: the download budget
+    // is one of them, and the memory tier's share, as large, is what downloads may borrow.
+    let share: u64 = 28 << 10;
+    let cache = ShardCache::open(
+        dataset,
+        CacheOptions {
+            memory_limit: share,
+            download_memory: share,
+            download_loan: share,
+            ..opts(tmp.path())
+        },
+    )
+    .unwrap();
+    faulty.inject(
+        Fault::Latency(Duration::from_millis(1500)),
+        Some("shard.00000.mds"),
+        Some(1),
+    );
+    let slow = {
+        let cache = cache.clone();
+        std::thread::spawn(move || cache.get(0).map(|h| h.sample(0).unwrap().len()))
+    };
+    std::thread::sleep(Duration::from_millis(200));
+    // While shard 0's download holds the budget, shard 1's borrows the tier's share.
+    cache.get(1).unwrap();
+    assert!(
+        !slow.is_finished(),
+        "shard 0's download ended too early to prove anything"
+    );
+    assert!(slow.join().unwrap().unwrap() > 0);
+    // Both buffers are kept for the next downloads, one of them past the budget (lent).
+    let st = cache.stats();
+    assert_eq!(
+        (st.download_buffers_made, st.download_buffers_reused),
+        (2, 0)
+    );
+    assert_eq!(st.idle_download_buffer_bytes, 2 * share);
+    // A sample read with ranged GETs needs room in the tier: the kept buffer past the
+    // budget is freed for it, and the sample is kept (the next read is a memory hit).
+    let a = cache.sample_direct(2, 0).unwrap();
+    assert_eq!(cache.stats().idle_download_buffer_bytes, share);
+    let hits = cache.stats().memory_hits;
+    assert_eq!(cache.sample_direct(2, 0).unwrap(), a);
+    assert_eq!(cache.stats().memory_hits, hits + 1);
 }
 
 #[test]

@@ -16,22 +16,25 @@
 //! reused one), and giving it back to the kernel afterwards makes RSS swing by a shard at a
 //! time. A buffer carries its download's bytes with it: they stay taken until the buffer's
 //! last user lets go (readers copying from the verified shard may outlive the fill), and
-//! then the buffer is kept if the bytes taken plus the kept buffers stay within the budget.
-//! So memory stays within the budget, and the next download finds the buffer waiting.
+//! then the buffer is kept if the bytes taken plus the kept buffers stay within the budget
+//! (and its loan, below). So memory stays within the budget, and the next download finds the
+//! buffer waiting.
 //! Buffers unused for [`IDLE_BUFFER_LIFETIME`] are freed ([`DownloadBudget::free_idle`]).
 //!
 //! A download may also borrow past the limit, up to a `loan` bound, bytes its caller says are
 //! free elsewhere now ([`DownloadBudget::acquire_with_loan`]: the memory tier's unused share,
-//! on a cold start). Borrowed bytes are [`DownloadBudget::lent`] until given back, and the
-//! buffers they were in are freed rather than kept, so memory goes back to the lender.
+//! on a cold start). Bytes taken or kept past the limit are [`DownloadBudget::lent`]: the
+//! buffers borrowed bytes were in are kept too (up to the limit plus the loan), and the
+//! lender takes its share back when it needs it ([`DownloadBudget::free_kept_beyond_limit`],
+//! which frees the kept buffers past the limit).
 //!
-//! Keeping those buffers too was tried (2026-11-28): on a cold start nearly every shard comes
-//! in a fresh buffer, and a profile had the kernel zeroing fresh pages at a fifth of the
-//! daemon's CPU; kept, 6-7 of 33 shards needed fresh memory and the cold pass's daemon CPU
-//! fell 11-18 %. But the daemon's peak RSS rose from ~290 to 340-347 MB in the bench (over
-//! `--memory-limit` + 64 MiB): a fresh buffer becomes resident part by part as its download
-//! lands, a reused one is resident whole from the start, so four borrowed downloads at once
-//! then hold all their memory. The loan would have to shrink to keep them.
+//! Keeping borrowed buffers matters on a cold start, when nearly every shard would come in a
+//! fresh buffer: a profile had the kernel zeroing fresh pages at a fifth of the daemon's CPU.
+//! Keeping them with no way for the lender to take them back was tried first (2026-11-28):
+//! daemon CPU per cold GB fell to 0.82x, but peak RSS rose from ~290 to 400-420 MB in the
+//! bench (over `--memory-limit` + 64 MiB), because kept buffers are resident whole while the
+//! tier fills its share beside them. Counted as lent, and freed when the tier wants room, they
+//! held peak RSS at 295-297 MB with CPU per cold GB at 0.83x (bench/RESULTS.md, 2026-11-30).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -58,8 +61,9 @@ pub struct DownloadBudget {
     /// Most bytes taken past `limit` at once (borrowed; see [`DownloadBudget::acquire_with_loan`]).
     loan: u64,
     state: Mutex<BudgetState>,
-    /// `state.used`, readable without the lock (for [`DownloadBudget::lent`], asked on reads).
-    used_now: AtomicU64,
+    /// `state.used + state.idle_bytes`, readable without the lock (for
+    /// [`DownloadBudget::lent`], asked on reads).
+    held_now: AtomicU64,
     /// Download buffers made of fresh memory so far.
     made: AtomicU64,
     /// Download buffers that were kept buffers so far.
@@ -118,7 +122,7 @@ impl DownloadBudget {
             limit,
             loan: if limit == 0 { 0 } else { loan },
             state: Mutex::new(BudgetState::default()),
-            used_now: AtomicU64::new(0),
+            held_now: AtomicU64::new(0),
             made: AtomicU64::new(0),
             reused: AtomicU64::new(0),
             preparing: AtomicBool::new(false),
@@ -170,14 +174,19 @@ impl DownloadBudget {
             st = self.freed.wait(st).unwrap_or_else(|p| p.into_inner());
         }
         st.used += bytes;
-        self.used_now.store(st.used, Ordering::Relaxed);
         let mut notify = false;
         if demand {
             st.demands_waiting -= 1;
             // Prefetches that found room but let this read go first: look again.
             notify = st.demands_waiting == 0;
         }
-        let surplus = trim_idle(&mut st, self.limit, bytes);
+        // Kept buffers stay within what the lender has free now (the loan taken included).
+        let keep_within = self
+            .limit
+            .saturating_add(self.loan.min(lendable()))
+            .max(st.used);
+        let surplus = trim_idle(&mut st, keep_within, bytes);
+        self.publish(&st);
         drop(st);
         drop(surplus);
         if notify {
@@ -194,14 +203,41 @@ impl DownloadBudget {
         self.lock().used
     }
 
-    /// Bytes taken past the limit now: borrowed through [`DownloadBudget::acquire_with_loan`].
+    /// Bytes taken or kept past the limit now: borrowed through
+    /// [`DownloadBudget::acquire_with_loan`], and the kept buffers they came back in.
     pub fn lent(&self) -> u64 {
         if self.loan == 0 {
             return 0;
         }
-        self.used_now
+        self.held_now
             .load(Ordering::Relaxed)
             .saturating_sub(self.limit)
+    }
+
+    /// Frees kept buffers, largest first, until the bytes taken and kept are within the limit
+    /// (the lender wants its share back); returns the bytes freed.
+    pub fn free_kept_beyond_limit(&self) -> u64 {
+        let out: Vec<AlignedBuf> = {
+            let mut st = self.lock();
+            st.idle.sort_by_key(|(b, _)| b.capacity());
+            let mut out = Vec::new();
+            while st.used + st.idle_bytes > self.limit {
+                let Some((b, _)) = st.idle.pop() else { break };
+                st.idle_bytes -= b.capacity() as u64;
+                out.push(b);
+            }
+            self.publish(&st);
+            out
+        };
+        // Freed outside the lock: unmapping MiBs takes a moment.
+        out.iter().map(|b| b.capacity() as u64).sum()
+    }
+
+    /// Makes the bytes taken and kept readable without the lock; called with it held, after
+    /// every change to them.
+    fn publish(&self, st: &BudgetState) {
+        self.held_now
+            .store(st.used.saturating_add(st.idle_bytes), Ordering::Relaxed);
     }
 
     /// Makes a buffer of `len` bytes ready for the next download, on a thread of its own,
@@ -226,7 +262,7 @@ impl DownloadBudget {
                 None
             } else {
                 st.used += cap;
-                self.used_now.store(st.used, Ordering::Relaxed);
+                self.publish(&st);
                 Some(cap)
             }
         };
@@ -302,6 +338,7 @@ impl DownloadBudget {
             st.idle = keep;
             let old: Vec<AlignedBuf> = old.into_iter().map(|(b, _)| b).collect();
             st.idle_bytes -= old.iter().map(|b| b.capacity() as u64).sum::<u64>();
+            self.publish(&st);
             old
         };
         // Freed outside the lock: unmapping MiBs takes a moment.
@@ -318,21 +355,24 @@ impl DownloadBudget {
         let i = best_fit(&st.idle, len)?;
         let (b, _) = st.idle.swap_remove(i);
         st.idle_bytes -= b.capacity() as u64;
+        self.publish(&st);
         Some(b)
     }
 
     /// A buffer's `taken` bytes come back, and `data` is kept when it fits beside the
-    /// bytes taken and the other kept buffers; else it is freed. True if it was kept.
+    /// bytes taken and the other kept buffers within the limit plus the loan (past the limit
+    /// it counts as lent); else it is freed. True if it was kept.
     fn give_back(&self, data: AlignedBuf, taken: u64) -> bool {
         let size = data.capacity() as u64;
         let mut st = self.lock();
         st.used = st.used.saturating_sub(taken);
-        self.used_now.store(st.used, Ordering::Relaxed);
-        let keep = self.limit > 0 && size > 0 && st.used + st.idle_bytes + size <= self.limit;
+        let bound = self.limit.saturating_add(self.loan);
+        let keep = self.limit > 0 && size > 0 && st.used + st.idle_bytes + size <= bound;
         if keep {
             st.idle_bytes += size;
             st.idle.push((data, Instant::now()));
         }
+        self.publish(&st);
         drop(st);
         if taken > 0 {
             self.freed.notify_all();
@@ -442,7 +482,7 @@ impl Drop for DownloadPermit<'_> {
         }
         let mut st = self.budget.lock();
         st.used = st.used.saturating_sub(bytes);
-        self.budget.used_now.store(st.used, Ordering::Relaxed);
+        self.budget.publish(&st);
         drop(st);
         self.budget.freed.notify_all();
     }
@@ -615,25 +655,46 @@ mod tests {
         waits_until_freed(&plain, 10, 1000, full);
     }
 
-    #[test]
-    fn borrowed_buffers_go_back_to_the_lender_not_to_the_kept_ones() {
-        let budget = Arc::new(DownloadBudget::with_loan(2 * BUFFER_GRAIN as u64, 1 << 30));
+    /// Takes `n` permits of one grain each with `lendable` free at the lender, a buffer for
+    /// each, and gives them all back.
+    fn download_grains(budget: &Arc<DownloadBudget>, n: usize, lendable: u64) {
         let len = BUFFER_GRAIN;
-        let permits: Vec<_> = (0..4)
-            .map(|_| budget.acquire_with_loan(len as u64, Urgency::Prefetch, &|| 1 << 30))
+        let permits: Vec<_> = (0..n)
+            .map(|_| budget.acquire_with_loan(len as u64, Urgency::Prefetch, &|| lendable))
             .collect();
-        assert_eq!(budget.lent(), 2 * len as u64);
         let buffers: Vec<_> = permits.iter().map(|p| p.buffer(len)).collect();
-        assert_eq!(budget.buffers_handed_out(), (4, 0));
         drop(buffers);
         drop(permits);
-        // Two buffers fit the limit and are kept; the two borrowed ones were freed.
-        assert_eq!(budget.idle_buffer_bytes(), 2 * len as u64);
-        assert_eq!((budget.in_use(), budget.lent()), (0, 0));
-        // The next download gets a kept one, not fresh memory.
-        let p = budget.acquire(len as u64, Urgency::Prefetch);
-        let _b = p.buffer(len);
-        assert_eq!(budget.buffers_handed_out(), (4, 1));
+    }
+
+    #[test]
+    fn borrowed_buffers_are_kept_as_lent_until_the_lender_wants_its_share_back() {
+        let g = BUFFER_GRAIN as u64;
+        let budget = Arc::new(DownloadBudget::with_loan(2 * g, 1 << 30));
+        download_grains(&budget, 4, 1 << 30);
+        assert_eq!(budget.buffers_handed_out(), (4, 0));
+        // All four are kept; the two past the limit count as lent.
+        assert_eq!(budget.idle_buffer_bytes(), 4 * g);
+        assert_eq!((budget.in_use(), budget.lent()), (0, 2 * g));
+        // The next four downloads take them: no fresh memory.
+        download_grains(&budget, 4, 1 << 30);
+        assert_eq!(budget.buffers_handed_out(), (4, 4));
+        // The lender takes its share back: the largest kept buffers past the limit go.
+        assert_eq!(budget.free_kept_beyond_limit(), 2 * g);
+        assert_eq!(budget.idle_buffer_bytes(), 2 * g);
+        assert_eq!(budget.lent(), 0);
+        assert_eq!(budget.free_kept_beyond_limit(), 0, "nothing past the limit");
+        // A download while the lender has nothing free keeps no more than the limit: the
+        // buffers past it are freed, except the one the download takes.
+        download_grains(&budget, 4, 1 << 30);
+        assert_eq!(budget.lent(), 2 * g);
+        let p = budget.acquire(g, Urgency::Prefetch);
+        assert_eq!(budget.in_use() + budget.idle_buffer_bytes(), 3 * g);
+        let b = p.buffer(g as usize);
+        assert_eq!((budget.idle_buffer_bytes(), budget.lent()), (g, 0));
+        assert_eq!(budget.buffers_handed_out(), (6, 7));
+        drop(b);
+        drop(p);
     }
 
     /// Waits (up to 10 s) until `budget` keeps `bytes` of idle buffers.

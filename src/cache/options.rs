@@ -44,7 +44,8 @@ pub struct CacheOptions {
     /// Bytes more that downloads may borrow from the memory tier's share (`memory_limit`)
     /// while the tier and the read-ahead leave it unused (a cold start, when every reader waits
     /// for shards and nothing is in memory yet); the tier takes nothing new while a loan is
-    /// out. 0 = no borrowing.
+    /// out, except by freeing the download buffers kept past `download_memory` (borrowed
+    /// bytes come back in them). 0 = no borrowing.
     pub download_loan: u64,
     /// How long a read waits for open readers to unpin shards when the pinned shards plus the
     /// one it needs exceed the budget, before it fails with `CacheError::Full`. Pins last one

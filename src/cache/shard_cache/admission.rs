@@ -18,10 +18,15 @@ impl ShardCache {
 
     /// Whether `len` more bytes may go into the tier or the read-ahead now: always, unless
     /// downloads have borrowed part of the tier's share, which then stays free for them until
-    /// they give it back.
+    /// they give it back. Borrowed bytes kept in buffers for the next downloads are taken
+    /// back when the tier needs them.
     pub(super) fn tier_has_room(&self, len: u64) -> bool {
-        let lent = self.downloads.lent();
-        lent == 0
-            || self.tier_held().saturating_add(lent).saturating_add(len) <= self.opts.memory_limit
+        let fits = |lent: u64| {
+            lent == 0
+                || self.tier_held().saturating_add(lent).saturating_add(len)
+                    <= self.opts.memory_limit
+        };
+        fits(self.downloads.lent())
+            || (self.downloads.free_kept_beyond_limit() > 0 && fits(self.downloads.lent()))
     }
 }
