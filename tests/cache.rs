@@ -1128,17 +1128,17 @@ fn a_stalled_download_does_not_hold_up_other_shards() {
     assert!(stalled.join().unwrap().unwrap() > 0);
 }
 
-#[test]
-fn download_buffers_kept_past_the_budget_go_back_when_the_memory_tier_needs_room() {
-    let tmp = tempfile::tempdir().unwrap();
+/// A cache over `basic` in ranged parts whose download budget is one shard's buffer (the
+/// shards are 26-27 KB, each downloaded into a buffer of 28 KiB) and whose memory tier's
+/// share, as large, is what downloads may borrow; shards 0 and 1 downloaded at once, so
+/// shard 1's download borrowed and both buffers are kept: one past the budget, lent.
+fn cache_keeping_a_borrowed_buffer(dir: &Path) -> (Arc<ShardCache>, u64) {
     // Downloaded in ranged parts (only those come into download buffers).
     let store = StoreOptions {
         part_size: 16 << 10,
         ..quick_store()
     };
     let (faulty, _counting, dataset) = instrumented(&fixtures().join("mds/basic"), &store);
-    // The shards are 26-27 KB, each downloaded into a buffer of 28 KiB: the download budget
-    // is one of them, and the memory tier's share, as large, is what downloads may borrow.
     let share: u64 = 28 << 10;
     let cache = ShardCache::open(
         dataset,
@@ -1146,40 +1146,67 @@ fn download_buffers_kept_past_the_budget_go_back_when_the_memory_tier_needs_room
             memory_limit: share,
             download_memory: share,
             download_loan: share,
-            ..opts(tmp.path())
+            ..opts(dir)
         },
     )
     .unwrap();
     faulty.inject(
-        Fault::Latency(Duration::from_millis(1500)),
+        Fault::Latency(Duration::from_secs(4)),
         Some("shard.00000.mds"),
         Some(1),
     );
     let slow = {
         let cache = cache.clone();
-        std::thread::spawn(move || cache.get(0).map(|h| h.sample(0).unwrap().len()))
+        std::thread::spawn(move || cache.get(0).map(|_| ()))
     };
-    std::thread::sleep(Duration::from_millis(200));
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while cache.stats().downloading_bytes == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "shard 0's download never started"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
     // While shard 0's download holds the budget, shard 1's borrows the tier's share.
     cache.get(1).unwrap();
     assert!(
         !slow.is_finished(),
         "shard 0's download ended too early to prove anything"
     );
-    assert!(slow.join().unwrap().unwrap() > 0);
-    // Both buffers are kept for the next downloads, one of them past the budget (lent).
+    slow.join().unwrap().unwrap();
     let st = cache.stats();
     assert_eq!(
         (st.download_buffers_made, st.download_buffers_reused),
         (2, 0)
     );
     assert_eq!(st.idle_download_buffer_bytes, 2 * share);
-    // A sample read with ranged GETs needs room in the tier: the kept buffer past the
-    // budget is freed for it, and the sample is kept (the next read is a memory hit).
+    (cache, share)
+}
+
+#[test]
+fn download_buffers_kept_past_the_budget_go_back_when_a_ranged_read_needs_the_tier() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cache, share) = cache_keeping_a_borrowed_buffer(tmp.path());
+    // A sample read with ranged GETs goes into the tier only if it has room: the kept
+    // buffer past the budget is freed for it, and the sample is kept (the next read is a
+    // memory hit).
     let a = cache.sample_direct(2, 0).unwrap();
     assert_eq!(cache.stats().idle_download_buffer_bytes, share);
     let hits = cache.stats().memory_hits;
     assert_eq!(cache.sample_direct(2, 0).unwrap(), a);
+    assert_eq!(cache.stats().memory_hits, hits + 1);
+}
+
+#[test]
+fn download_buffers_kept_past_the_budget_go_back_when_a_disk_read_goes_into_the_tier() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (cache, share) = cache_keeping_a_borrowed_buffer(tmp.path());
+    // A sample read from the cache disk goes into the tier whatever room it has: the kept
+    // buffer past the budget is freed first, so the two never hold the same share.
+    let a = cache.sample(1, 0).unwrap();
+    assert_eq!(cache.stats().idle_download_buffer_bytes, share);
+    let hits = cache.stats().memory_hits;
+    assert_eq!(cache.sample(1, 0).unwrap(), a);
     assert_eq!(cache.stats().memory_hits, hits + 1);
 }
 

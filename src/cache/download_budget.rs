@@ -17,16 +17,18 @@
 //! time. A buffer carries its download's bytes with it: they stay taken until the buffer's
 //! last user lets go (readers copying from the verified shard may outlive the fill), and
 //! then the buffer is kept if the bytes taken plus the kept buffers stay within the budget
-//! (and its loan, below). So memory stays within the budget, and the next download finds the
-//! buffer waiting.
+//! (or within the budget plus its loan, below). So memory stays within that bound, and the
+//! next download finds the buffer waiting.
 //! Buffers unused for [`IDLE_BUFFER_LIFETIME`] are freed ([`DownloadBudget::free_idle`]).
 //!
 //! A download may also borrow past the limit, up to a `loan` bound, bytes its caller says are
 //! free elsewhere now ([`DownloadBudget::acquire_with_loan`]: the memory tier's unused share,
 //! on a cold start). Bytes taken or kept past the limit are [`DownloadBudget::lent`]: the
-//! buffers borrowed bytes were in are kept too (up to the limit plus the loan), and the
-//! lender takes its share back when it needs it ([`DownloadBudget::free_kept_beyond_limit`],
-//! which frees the kept buffers past the limit).
+//! buffers borrowed bytes were in are kept too (up to the limit plus the loan, and only a
+//! buffer whose own download's bytes were taken: not a retry's second buffer, not a shard
+//! larger than the limit), and the lender takes its share back when it needs it
+//! ([`DownloadBudget::free_kept_past`], which frees kept buffers past the limit, largest
+//! first, until what the lender can spare is left).
 //!
 //! Keeping borrowed buffers matters on a cold start, when nearly every shard would come in a
 //! fresh buffer: a profile had the kernel zeroing fresh pages at a fifth of the daemon's CPU.
@@ -34,7 +36,7 @@
 //! daemon CPU per cold GB fell to 0.82x, but peak RSS rose from ~290 to 400-420 MB in the
 //! bench (over `--memory-limit` + 64 MiB), because kept buffers are resident whole while the
 //! tier fills its share beside them. Counted as lent, and freed when the tier wants room, they
-//! held peak RSS at 295-297 MB with CPU per cold GB at 0.83x (bench/RESULTS.md, 2026-11-30).
+//! held peak RSS at 293-297 MB with CPU per cold GB at 0.82x (bench/RESULTS.md, 2026-11-29).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -214,14 +216,16 @@ impl DownloadBudget {
             .saturating_sub(self.limit)
     }
 
-    /// Frees kept buffers, largest first, until the bytes taken and kept are within the limit
-    /// (the lender wants its share back); returns the bytes freed.
-    pub fn free_kept_beyond_limit(&self) -> u64 {
+    /// Frees kept buffers, largest first, until the bytes taken and kept are within the
+    /// limit plus `spare` (what the lender can still do without: it wants the rest of its
+    /// share back); returns the bytes freed.
+    pub fn free_kept_past(&self, spare: u64) -> u64 {
+        let bound = self.limit.saturating_add(spare);
         let out: Vec<AlignedBuf> = {
             let mut st = self.lock();
             st.idle.sort_by_key(|(b, _)| b.capacity());
             let mut out = Vec::new();
-            while st.used + st.idle_bytes > self.limit {
+            while st.used + st.idle_bytes > bound {
                 let Some((b, _)) = st.idle.pop() else { break };
                 st.idle_bytes -= b.capacity() as u64;
                 out.push(b);
@@ -360,14 +364,20 @@ impl DownloadBudget {
     }
 
     /// A buffer's `taken` bytes come back, and `data` is kept when it fits beside the
-    /// bytes taken and the other kept buffers within the limit plus the loan (past the limit
-    /// it counts as lent); else it is freed. True if it was kept.
+    /// bytes taken and the other kept buffers within the limit, or within the limit plus the
+    /// loan when it holds no more than its own download's bytes (rounded up as
+    /// [`keepable_capacity`] does: so it takes no room the lender has not lent already; past
+    /// the limit it counts as lent); else it is freed. True if it was kept.
     fn give_back(&self, data: AlignedBuf, taken: u64) -> bool {
         let size = data.capacity() as u64;
         let mut st = self.lock();
         st.used = st.used.saturating_sub(taken);
-        let bound = self.limit.saturating_add(self.loan);
-        let keep = self.limit > 0 && size > 0 && st.used + st.idle_bytes + size <= bound;
+        let held = st.used + st.idle_bytes + size;
+        let its_own =
+            size <= keepable_capacity(usize::try_from(taken).unwrap_or(usize::MAX)) as u64;
+        let keep = self.limit > 0
+            && size > 0
+            && (held <= self.limit || (its_own && held <= self.limit.saturating_add(self.loan)));
         if keep {
             st.idle_bytes += size;
             st.idle.push((data, Instant::now()));
@@ -680,10 +690,10 @@ mod tests {
         download_grains(&budget, 4, 1 << 30);
         assert_eq!(budget.buffers_handed_out(), (4, 4));
         // The lender takes its share back: the largest kept buffers past the limit go.
-        assert_eq!(budget.free_kept_beyond_limit(), 2 * g);
+        assert_eq!(budget.free_kept_past(0), 2 * g);
         assert_eq!(budget.idle_buffer_bytes(), 2 * g);
         assert_eq!(budget.lent(), 0);
-        assert_eq!(budget.free_kept_beyond_limit(), 0, "nothing past the limit");
+        assert_eq!(budget.free_kept_past(0), 0, "nothing past the limit");
         // A download while the lender has nothing free keeps no more than the limit: the
         // buffers past it are freed, except the one the download takes.
         download_grains(&budget, 4, 1 << 30);
@@ -695,6 +705,45 @@ mod tests {
         assert_eq!(budget.buffers_handed_out(), (6, 7));
         drop(b);
         drop(p);
+        // The lender spares one grain: only the buffers past it go.
+        download_grains(&budget, 4, 1 << 30);
+        assert_eq!(budget.free_kept_past(g), g);
+        assert_eq!(budget.lent(), g);
+    }
+
+    #[test]
+    fn only_a_buffer_holding_its_own_download_s_bytes_is_kept_past_the_limit() {
+        let g = BUFFER_GRAIN as u64;
+        let budget = Arc::new(DownloadBudget::with_loan(2 * g, g));
+        let lendable = || 1u64 << 30;
+        // A retry's second buffer holds none of the permit's bytes: freed when past the
+        // limit, while the first buffers, borrowed or not, are kept.
+        let permits: Vec<_> = (0..3)
+            .map(|_| budget.acquire_with_loan(g, Urgency::Prefetch, &lendable))
+            .collect();
+        let buffers: Vec<_> = permits.iter().map(|p| p.buffer(g as usize)).collect();
+        let retry = permits[2].buffer(g as usize);
+        drop(retry);
+        assert_eq!(budget.idle_buffer_bytes(), 0);
+        drop(buffers);
+        drop(permits);
+        assert_eq!((budget.idle_buffer_bytes(), budget.lent()), (3 * g, g));
+        assert_eq!(budget.free_kept_past(0), g);
+        // Buffers rounded up to the grain past their bytes: kept within the limit plus the
+        // loan, and no further.
+        let budget = Arc::new(DownloadBudget::with_loan(2 * g, g));
+        let len = BUFFER_GRAIN + super::super::io::direct::ALIGN;
+        let a = budget.acquire_with_loan(len as u64, Urgency::Prefetch, &lendable);
+        let b = budget.acquire_with_loan(len as u64, Urgency::Prefetch, &lendable);
+        let (ba, bb) = (a.buffer(len), b.buffer(len));
+        assert_eq!(ba.data.capacity() as u64, 2 * g);
+        // Past the limit plus the loan beside the other download's bytes: freed.
+        drop(ba);
+        drop(a);
+        assert_eq!(budget.idle_buffer_bytes(), 0);
+        drop(bb);
+        drop(b);
+        assert_eq!((budget.idle_buffer_bytes(), budget.lent()), (2 * g, 0));
     }
 
     /// Waits (up to 10 s) until `budget` keeps `bytes` of idle buffers.

@@ -35,7 +35,7 @@ impl MemoryTier {
         let headers = Cache::builder()
             .max_capacity(header_budget)
             .weigher(|_, h: &Arc<ShardHeader>| {
-                u32::try_from(64 + 4 * (u64::from(h.num_samples()) + 1)).unwrap_or(u32::MAX)
+                u32::try_from(Self::header_weight(h)).unwrap_or(u32::MAX)
             })
             .build();
         let sample_budget = limit.saturating_sub(limit / 4);
@@ -55,6 +55,11 @@ impl MemoryTier {
     /// Bytes the sample cache may hold.
     pub fn sample_budget(&self) -> u64 {
         self.samples.as_ref().map_or(0, |_| self.sample_budget)
+    }
+
+    /// The bytes a header counts for in the tier's bound (its offsets, and a little more).
+    pub fn header_weight(h: &ShardHeader) -> u64 {
+        64 + 4 * (u64::from(h.num_samples()) + 1)
     }
 
     /// Bytes held now (as weighed against the budget; moka settles its count lazily, so

@@ -39,8 +39,8 @@ pub struct MountConfig {
     /// cache files bypass the page cache). While the tier leaves its part unused (a cold start)
     /// downloads may borrow it, up to 4 x --fetch-concurrency x --fetch-part-size in all; the
     /// tier takes nothing new until it is given back (borrowed buffers are kept for the next
-    /// downloads until the tier needs the room). 0 turns the tier off (downloads then take 4 x
-    /// --fetch-concurrency x --fetch-part-size).
+    /// downloads until the tier needs the room, which it takes back before it takes more).
+    /// 0 turns the tier off (downloads then take 4 x --fetch-concurrency x --fetch-part-size).
     #[arg(long, value_name = "BYTES", value_parser = parse_size)]
     pub memory_limit: Option<u64>,
     /// How many epoch-E folders a listing of rank-R/ shows (at least 1), from epoch 0, or

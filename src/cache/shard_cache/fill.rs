@@ -230,8 +230,7 @@ impl ShardCache {
         let fetched_in = started.elapsed();
         self.counters.fetch_latency.observe(fetched_in);
         if let Ok(h) = ShardHeader::parse(&raw) {
-            self.memory
-                .put_header(shard, Provenance::Verified, Arc::new(h));
+            self.tier_put_header(shard, Provenance::Verified, Arc::new(h));
         }
         flight.publish(raw.clone());
         if let Some(landed) = self.landed.get() {

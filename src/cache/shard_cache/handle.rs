@@ -101,8 +101,7 @@ impl ShardHandle {
             reason: e.to_string(),
         })?);
         self.cache
-            .memory
-            .put_header(self.shard, Provenance::Verified, h.clone());
+            .tier_put_header(self.shard, Provenance::Verified, h.clone());
         Ok(h)
     }
 
@@ -120,8 +119,7 @@ impl ShardHandle {
         })?;
         let b = self.read_at(r.start, (r.end - r.start) as usize)?;
         self.cache
-            .memory
-            .put_sample(self.shard, i, Provenance::Verified, b.clone());
+            .tier_put_sample(self.shard, i, Provenance::Verified, b.clone());
         Ok(b)
     }
 }

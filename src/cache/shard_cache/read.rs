@@ -135,8 +135,7 @@ impl ShardCache {
         } else {
             Arc::new(self.dataset.fetcher().fetch_header(shard)?)
         };
-        self.memory
-            .put_header(shard, Provenance::Ranged, header.clone());
+        self.tier_put_header(shard, Provenance::Ranged, header.clone());
         Ok(header)
     }
 
