@@ -32,10 +32,11 @@
 //!
 //! Keeping borrowed buffers matters on a cold start, when nearly every shard would come in a
 //! fresh buffer: a profile had the kernel zeroing fresh pages at a fifth of the daemon's CPU.
-//! Keeping them with no way for the lender to take them back was tried first (2026-11-28):
-//! daemon CPU per cold GB fell to 0.82x, but peak RSS rose from ~290 to 400-420 MB in the
-//! bench (over `--memory-limit` + 64 MiB), because kept buffers are resident whole while the
-//! tier fills its share beside them. Counted as lent, and freed when the tier wants room, they
+//! Keeping them with no way for the lender to take them back was tried twice: on 2026-11-28
+//! (daemon CPU of the cold pass 11-18 % lower, peak RSS 340-347 MB against ~290) and on
+//! 2026-11-29 with the page-cache pusher in place (CPU per cold GB 0.82x, peak RSS 400-420 MB),
+//! both over `--memory-limit` + 64 MiB: kept buffers are resident whole while the tier fills
+//! its share beside them. Counted as lent, and freed when the tier wants room, they
 //! held peak RSS at 293-297 MB with CPU per cold GB at 0.82x (bench/RESULTS.md, 2026-11-29).
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
