@@ -221,16 +221,9 @@ impl DownloadBudget {
     /// limit plus `spare` (what the lender can still do without: it wants the rest of its
     /// share back); returns the bytes freed.
     pub fn free_kept_past(&self, spare: u64) -> u64 {
-        let bound = self.limit.saturating_add(spare);
-        let out: Vec<AlignedBuf> = {
+        let out = {
             let mut st = self.lock();
-            st.idle.sort_by_key(|(b, _)| b.capacity());
-            let mut out = Vec::new();
-            while st.used + st.idle_bytes > bound {
-                let Some((b, _)) = st.idle.pop() else { break };
-                st.idle_bytes -= b.capacity() as u64;
-                out.push(b);
-            }
+            let out = take_largest_past(&mut st, self.limit.saturating_add(spare));
             self.publish(&st);
             out
         };
@@ -410,16 +403,23 @@ fn trim_idle(st: &mut BudgetState, limit: u64, incoming: u64) -> Vec<AlignedBuf>
         .map(|i| st.idle.swap_remove(i));
     let spared = spare.as_ref().map_or(0, |(b, _)| b.capacity() as u64);
     st.idle_bytes -= spared;
-    st.idle.sort_by_key(|(b, _)| b.capacity());
-    let mut out = Vec::new();
-    while st.used + st.idle_bytes > limit {
-        let Some((b, _)) = st.idle.pop() else { break };
-        st.idle_bytes -= b.capacity() as u64;
-        out.push(b);
-    }
+    let out = take_largest_past(st, limit);
     if let Some(kept) = spare {
         st.idle_bytes += spared;
         st.idle.push(kept);
+    }
+    out
+}
+
+/// Takes out of `st` kept buffers, largest first, until the bytes taken and kept are at most
+/// `bound`. The caller frees them outside the lock.
+fn take_largest_past(st: &mut BudgetState, bound: u64) -> Vec<AlignedBuf> {
+    st.idle.sort_by_key(|(b, _)| b.capacity());
+    let mut out = Vec::new();
+    while st.used + st.idle_bytes > bound {
+        let Some((b, _)) = st.idle.pop() else { break };
+        st.idle_bytes -= b.capacity() as u64;
+        out.push(b);
     }
     out
 }
